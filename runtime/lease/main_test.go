@@ -1,0 +1,139 @@
+package lease_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/goleak"
+
+	"github.com/leasegen/leasegen/runtime/lease"
+	"github.com/leasegen/leasegen/runtime/leasetest"
+)
+
+// shared is one redis-server for the tests that inject no process faults.
+var shared *leasetest.Server
+
+func TestMain(m *testing.M) {
+	s, err := leasetest.Start()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	shared = s
+	code := m.Run()
+	s.Stop()
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintln(os.Stderr, "goroutine leak:", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
+
+// recorder is an Observer that counts events by kind.
+type recorder struct {
+	mu     sync.Mutex
+	events []lease.Event
+}
+
+func (r *recorder) Observe(e lease.Event) {
+	r.mu.Lock()
+	r.events = append(r.events, e)
+	r.mu.Unlock()
+}
+
+func (r *recorder) count(k lease.EventKind) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n := 0
+	for _, e := range r.events {
+		if e.Kind == k {
+			n++
+		}
+	}
+	return n
+}
+
+// newClient returns a lease client on rdb with a recorder, closed at the end.
+func newClient(t *testing.T, rdb redis.UniversalClient, opts ...lease.Option) (*lease.Client, *recorder) {
+	t.Helper()
+	rec := &recorder{}
+	c, err := lease.New(rdb, append([]lease.Option{lease.WithObserver(rec)}, opts...)...)
+	if err != nil {
+		t.Fatalf("lease.New: %v", err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c, rec
+}
+
+func sharedClient(t *testing.T, opts ...lease.Option) (*lease.Client, *recorder) {
+	t.Helper()
+	return newClient(t, shared.Client(t), opts...)
+}
+
+// lockKey is the Redis key the runtime uses for a user key under the
+// default prefix (checked against the runtime in TestLockKeyLayout).
+func lockKey(key string) string { return "lease:{" + key + "}:l" }
+
+func spec(ttl, deadline time.Duration) lease.Spec {
+	return lease.Spec{TTL: ttl, Deadline: deadline}
+}
+
+func mustIs(t *testing.T, err error, targets ...error) {
+	t.Helper()
+	for _, target := range targets {
+		if !errors.Is(err, target) {
+			t.Fatalf("error %v: want it to wrap %v", err, target)
+		}
+	}
+}
+
+func mustNotIs(t *testing.T, err error, targets ...error) {
+	t.Helper()
+	for _, target := range targets {
+		if errors.Is(err, target) {
+			t.Fatalf("error %v: must not wrap %v", err, target)
+		}
+	}
+}
+
+// hold takes key in a goroutine and keeps it until release is closed; it
+// returns once the lease is held.
+func hold(t *testing.T, c *lease.Client, key string, s lease.Spec, release <-chan struct{}) <-chan error {
+	t.Helper()
+	held := make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		done <- c.Do(context.Background(), key, s, func(ctx context.Context) error {
+			close(held)
+			select {
+			case <-release:
+			case <-ctx.Done():
+			}
+			return nil
+		})
+	}()
+	select {
+	case <-held:
+	case err := <-done:
+		t.Fatalf("holder did not get %q: %v", key, err)
+	case <-time.After(5 * time.Second):
+		t.Fatalf("holder did not get %q in 5s", key)
+	}
+	return done
+}
+
+var keySeq atomic.Int64
+
+// uniqueKey gives each test its own lease key on the shared server.
+func uniqueKey(t *testing.T) string {
+	return fmt.Sprintf("%s-%d", t.Name(), keySeq.Add(1))
+}

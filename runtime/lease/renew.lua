@@ -1,0 +1,12 @@
+-- renew: extend the lease only if ARGV[1] still holds it.
+-- KEYS[1] lock key; ARGV[1] identity, ARGV[2] ttl ms
+-- Returns 1 when extended, 0 when not the owner (expired or taken).
+local v = redis.call('GET', KEYS[1])
+if v then
+  local sep = string.find(v, ':', 1, true)
+  if sep and string.sub(v, 1, sep - 1) == ARGV[1] then
+    redis.call('PEXPIRE', KEYS[1], ARGV[2])
+    return 1
+  end
+end
+return 0

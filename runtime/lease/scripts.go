@@ -1,0 +1,22 @@
+package lease
+
+import (
+	_ "embed"
+
+	"github.com/redis/go-redis/v9"
+)
+
+var (
+	//go:embed acquire.lua
+	acquireSrc string
+	//go:embed renew.lua
+	renewSrc string
+	//go:embed release.lua
+	releaseSrc string
+
+	// Scripts run with EVALSHA and fall back to EVAL on NOSCRIPT (after a
+	// restart or SCRIPT FLUSH); all three are safe to replay.
+	acquireScript = redis.NewScript(acquireSrc)
+	renewScript   = redis.NewScript(renewSrc)
+	releaseScript = redis.NewScript(releaseSrc)
+)

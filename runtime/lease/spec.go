@@ -1,0 +1,94 @@
+package lease
+
+import (
+	"fmt"
+	"time"
+)
+
+// BusyPolicy says what Do does when the lease stays busy for the whole wait.
+type BusyPolicy uint8
+
+const (
+	// BusyError returns an error wrapping ErrBusy (the zero value).
+	BusyError BusyPolicy = iota
+	// BusySkip skips the call and returns nil: for scheduled jobs where
+	// another node running the job is as good as running it here.
+	BusySkip
+)
+
+func (p BusyPolicy) String() string {
+	switch p {
+	case BusyError:
+		return "error"
+	case BusySkip:
+		return "skip"
+	}
+	return fmt.Sprintf("BusyPolicy(%d)", uint8(p))
+}
+
+// Spec describes one protected call. Zero values take defaults (TTL 30s,
+// MinValidity TTL/2, Wait 0, HoldMin 0), except Deadline: every call states
+// its worst case.
+type Spec struct {
+	// TTL is the lease length; the lease is renewed every TTL/3 while fn runs.
+	TTL time.Duration
+	// Deadline is the total budget of one call: waiting + work + release.
+	Deadline time.Duration
+	// Wait bounds how long a busy lease is waited for (0: try once).
+	Wait time.Duration
+	// MinValidity is the least lease time that must remain after the grant
+	// for fn to be entered.
+	MinValidity time.Duration
+	// HoldMin keeps the lease at least this long after the grant, even when
+	// fn returns earlier.
+	HoldMin time.Duration
+	// Busy selects what happens when the lease stays busy.
+	Busy BusyPolicy
+	// Fence mints a fencing token for each grant (see TokenFrom).
+	Fence bool
+}
+
+// DefaultTTL is the lease length used when Spec.TTL is zero.
+const DefaultTTL = 30 * time.Second
+
+// normalize fills defaults and checks the spec; it is the only validation,
+// and runs before anything is sent to Redis.
+func (s Spec) normalize() (Spec, error) {
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+	}{{"TTL", s.TTL}, {"Deadline", s.Deadline}, {"Wait", s.Wait}, {"MinValidity", s.MinValidity}, {"HoldMin", s.HoldMin}} {
+		if d.v < 0 {
+			return s, fmt.Errorf("lease: Spec.%s is negative (%v)", d.name, d.v)
+		}
+	}
+	if s.Deadline == 0 {
+		return s, fmt.Errorf("lease: Spec.Deadline is zero: every protected call needs a total budget")
+	}
+	if s.TTL == 0 {
+		s.TTL = DefaultTTL
+	}
+	if s.TTL < 3*time.Millisecond {
+		return s, fmt.Errorf("lease: Spec.TTL %v is too short (minimum 3ms)", s.TTL)
+	}
+	if s.MinValidity == 0 {
+		s.MinValidity = s.TTL / 2
+	}
+	if s.MinValidity >= s.TTL {
+		return s, fmt.Errorf("lease: Spec.MinValidity %v must be less than TTL %v", s.MinValidity, s.TTL)
+	}
+	if s.Wait > 0 && s.Wait >= s.Deadline {
+		return s, fmt.Errorf("lease: Spec.Wait %v must be less than Deadline %v", s.Wait, s.Deadline)
+	}
+	if s.HoldMin > s.Deadline {
+		return s, fmt.Errorf("lease: Spec.HoldMin %v must not exceed Deadline %v", s.HoldMin, s.Deadline)
+	}
+	if s.Busy > BusySkip {
+		return s, fmt.Errorf("lease: unknown Spec.Busy %v", s.Busy)
+	}
+	return s, nil
+}
+
+// drift is the allowance for clock rate differences between this process
+// and Redis: 1% of the TTL plus 2ms.
+func drift(ttl time.Duration) time.Duration { return ttl/100 + 2*time.Millisecond }
