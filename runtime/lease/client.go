@@ -131,6 +131,7 @@ func New(rdb redis.UniversalClient, opts ...Option) (*Client, error) {
 		if !r.Options().ContextTimeoutEnabled {
 			o := *r.Options()
 			o.ContextTimeoutEnabled = true
+			reinitClient(&o)
 			c.derived = redis.NewClient(&o)
 			c.rdb = c.derived
 		}
@@ -142,6 +143,7 @@ func New(rdb redis.UniversalClient, opts ...Option) (*Client, error) {
 		if !r.Options().ContextTimeoutEnabled {
 			o := *r.Options()
 			o.ContextTimeoutEnabled = true
+			reinitCluster(&o)
 			c.derived = redis.NewClusterClient(&o)
 			c.rdb = c.derived
 		}
@@ -180,4 +182,39 @@ func (c *Client) pipeliner(ctx context.Context, key string) (redis.Pipeliner, er
 		return node.Pipeline(), nil
 	}
 	return c.rdb.Pipeline(), nil
+}
+
+// go-redis normalizes options when a client is built (-1 "none" becomes 0,
+// 0 "default" becomes a value), so options read back from a client would be
+// normalized again to different values. reinit maps the "none" results back
+// to the spelling that survives: a client with retries disabled must not get
+// three retries from being derived.
+func reinitClient(o *redis.Options) {
+	o.ReadTimeout = unNormalize(o.ReadTimeout)
+	o.WriteTimeout = unNormalize(o.WriteTimeout)
+	o.MinRetryBackoff = unNormalize(o.MinRetryBackoff)
+	o.MaxRetryBackoff = unNormalize(o.MaxRetryBackoff)
+	if o.MaxRetries == 0 {
+		o.MaxRetries = -1
+	}
+}
+
+func reinitCluster(o *redis.ClusterOptions) {
+	o.ReadTimeout = unNormalize(o.ReadTimeout)
+	o.WriteTimeout = unNormalize(o.WriteTimeout)
+	o.MinRetryBackoff = unNormalize(o.MinRetryBackoff)
+	o.MaxRetryBackoff = unNormalize(o.MaxRetryBackoff)
+	if o.MaxRedirects == 0 {
+		o.MaxRedirects = -1
+	}
+}
+
+func unNormalize(d time.Duration) time.Duration {
+	switch d {
+	case 0:
+		return -1
+	case -1:
+		return -2
+	}
+	return d
 }

@@ -506,8 +506,8 @@ func (a *call) renew(l *Lease, k *keeper, cancelLost context.CancelCauseFunc) {
 		cancel()
 		next := interval
 		switch {
-		case k.ctx.Err() != nil:
-			return
+		case err != nil && k.ctx.Err() != nil && errors.Is(err, context.Canceled):
+			return // stopped mid-renewal: fn has returned
 		case err != nil:
 			a.observe(Event{Kind: EventRenewFailed, Err: fmt.Errorf("lease %q: renew: %w: %w", a.key, ErrUnknown, err)})
 			next = interval / 3

@@ -1,0 +1,268 @@
+package lease_test
+
+import (
+	"context"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/leasegen/leasegen/runtime/lease"
+	"github.com/leasegen/leasegen/runtime/leasetest"
+)
+
+// proxied returns a lease client whose connections go through a fault proxy
+// to a fresh server, plus a direct client to inspect the server.
+func proxied(t *testing.T, adjust func(*redis.Options), opts ...lease.Option) (*lease.Client, *recorder, *leasetest.Proxy, *redis.Client, *leasetest.Server) {
+	t.Helper()
+	srv := leasetest.StartRedis(t)
+	p := leasetest.StartProxy(t, srv.Addr())
+	o := &redis.Options{Addr: p.Addr()}
+	if adjust != nil {
+		adjust(o)
+	}
+	rdb := redis.NewClient(o)
+	t.Cleanup(func() { rdb.Close() })
+	c, rec := newClient(t, rdb, opts...)
+	return c, rec, p, srv.Client(t), srv
+}
+
+// A lost acquire reply makes go-redis re-send the script; the replay must
+// answer with our own grant, not "busy".
+func TestLostAcquireReplyIsRetriedIntoOwnGrant(t *testing.T) {
+	c, rec, p, direct, _ := proxied(t, nil)
+	key := "retry"
+	// Warm the pool and load the scripts so the next reply is the acquire's.
+	if err := c.Do(context.Background(), key, spec(5*time.Second, 10*time.Second), func(context.Context) error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	p.Set(leasetest.CutNextReply)
+	s := spec(5*time.Second, 10*time.Second)
+	s.Fence = true
+	called := 0
+	err := c.Do(context.Background(), key, s, func(ctx context.Context) error {
+		called++
+		if v, _ := direct.Get(ctx, lockKey(key)).Result(); v == "" {
+			t.Error("no lock key while entered")
+		}
+		return nil
+	})
+	if err != nil || called != 1 {
+		t.Fatalf("Do = %v, called %d; want our own grant after the retry", err, called)
+	}
+	if p.Cut() != 1 {
+		t.Fatalf("proxy cut %d replies, want 1", p.Cut())
+	}
+	if rec.count(lease.EventBusy) != 0 || rec.count(lease.EventAcquireUnknown) != 0 {
+		t.Fatalf("events %+v", rec.events)
+	}
+}
+
+// With retries disabled the same fault is an unknown outcome: not entered,
+// and the conditional release with the same identity removes the orphan.
+func TestLostAcquireReplyWithoutRetryIsUnknown(t *testing.T) {
+	c, rec, p, direct, _ := proxied(t, func(o *redis.Options) { o.MaxRetries = -1 })
+	key := "noretry"
+	if err := c.Do(context.Background(), key, spec(5*time.Second, 10*time.Second), func(context.Context) error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	p.Set(leasetest.CutNextReply)
+	err := c.Do(context.Background(), key, spec(5*time.Second, 10*time.Second), func(context.Context) error {
+		t.Error("entered on an unknown outcome")
+		return nil
+	})
+	mustIs(t, err, lease.ErrUnknown)
+	mustNotIs(t, err, lease.ErrBusy)
+	if n, _ := direct.Exists(context.Background(), lockKey(key)).Result(); n != 0 {
+		t.Fatal("orphaned grant not released")
+	}
+	if rec.count(lease.EventAcquireUnknown) != 1 {
+		t.Fatal("unknown acquire not observed")
+	}
+}
+
+// Redis stops answering: Do returns by its deadline even though the go-redis
+// client was built with a 10s ReadTimeout and ContextTimeoutEnabled=false.
+func TestDeadlineHonouredWhenRepliesBlackholed(t *testing.T) {
+	c, rec, p, direct, _ := proxied(t, func(o *redis.Options) {
+		o.ReadTimeout = 10 * time.Second
+		o.ContextTimeoutEnabled = false
+	})
+	key := "blackhole"
+	if err := c.Do(context.Background(), key, spec(5*time.Second, 10*time.Second), func(context.Context) error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	p.Set(leasetest.Blackhole)
+	const budget = 300 * time.Millisecond
+	start := time.Now()
+	err := c.Do(context.Background(), key, spec(5*time.Second, budget), func(context.Context) error {
+		t.Error("entered")
+		return nil
+	})
+	el := time.Since(start)
+	mustIs(t, err, lease.ErrUnknown)
+	mustNotIs(t, err, lease.ErrBusy)
+	if !strings.Contains(err.Error(), "release unconfirmed") {
+		t.Fatalf("error %q does not report the unconfirmed release", err)
+	}
+	if el > budget+150*time.Millisecond {
+		t.Fatalf("Do returned after %v, budget %v", el, budget)
+	}
+	if rec.count(lease.EventReleaseUnconfirmed) != 1 {
+		t.Fatal("unconfirmed release not observed")
+	}
+	// The orphan, if the script ran, ends by its TTL: never later.
+	if pttl, _ := direct.PTTL(context.Background(), lockKey(key)).Result(); pttl > 5*time.Second {
+		t.Fatalf("orphan PTTL %v beyond the TTL", pttl)
+	}
+}
+
+// A grant that arrives after valid-until − MinValidity is known but not
+// entered, and is released.
+func TestLateGrantIsLowValidity(t *testing.T) {
+	c, rec, p, direct, _ := proxied(t, nil)
+	key := "late"
+	if err := c.Do(context.Background(), key, spec(5*time.Second, 10*time.Second), func(context.Context) error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	p.SetDelay(400 * time.Millisecond) // 0.8 × TTL
+	s := spec(500*time.Millisecond, 10*time.Second)
+	err := c.Do(context.Background(), key, s, func(context.Context) error {
+		t.Error("entered with low validity")
+		return nil
+	})
+	mustIs(t, err, lease.ErrLowValidity)
+	mustNotIs(t, err, lease.ErrUnknown)
+	if rec.count(lease.EventLowValidity) != 1 {
+		t.Fatal("low validity not observed")
+	}
+	// The release ran (its reply is also delayed, but it reached the server).
+	deadline := time.Now().Add(2 * time.Second)
+	for {
+		n, _ := direct.Exists(context.Background(), lockKey(key)).Result()
+		if n == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("late grant not released")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// Redis pauses while the work runs: renewals get no reply, and the work is
+// cancelled when the last confirmed validity ends, not later.
+func TestPausedRedisCancelsWorkAtValidityEnd(t *testing.T) {
+	srv := leasetest.StartRedis(t)
+	c, rec := newClient(t, srv.Client(t))
+	ttl := 600 * time.Millisecond
+	var lostAfter time.Duration
+	err := c.Do(context.Background(), "paused", spec(ttl, 10*time.Second), func(ctx context.Context) error {
+		start := time.Now()
+		srv.Pause()
+		defer srv.Resume()
+		select {
+		case <-ctx.Done():
+			lostAfter = time.Since(start)
+			if context.Cause(ctx) != lease.ErrLost {
+				t.Errorf("cause %v, want ErrLost", context.Cause(ctx))
+			}
+		case <-time.After(5 * time.Second):
+			t.Error("work not cancelled while Redis was paused")
+		}
+		return nil
+	})
+	mustIs(t, err, lease.ErrLost)
+	if lostAfter > ttl {
+		t.Fatalf("work cancelled %v after entry; the lease could not be valid past %v", lostAfter, ttl)
+	}
+	if rec.count(lease.EventRenewFailed) == 0 {
+		t.Fatal("failed renewals not observed")
+	}
+}
+
+// A server restart without persistence loses the counter and the scripts;
+// tokens still increase (time floor) and scripts are reloaded.
+func TestTokensIncreaseAcrossRestart(t *testing.T) {
+	srv := leasetest.StartRedis(t)
+	c, _ := newClient(t, srv.Client(t))
+	s := spec(time.Second, 5*time.Second)
+	s.Fence = true
+	token := func() lease.Token {
+		t.Helper()
+		var tok lease.Token
+		var err error
+		for range 20 { // the pool may hold connections to the old process
+			err = c.Do(context.Background(), "restart", s, func(ctx context.Context) error {
+				tok, _ = lease.TokenFrom(ctx)
+				return nil
+			})
+			if err == nil {
+				return tok
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		t.Fatalf("Do after restart: %v", err)
+		return 0
+	}
+	before := token()
+	if err := srv.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	if after := token(); after <= before {
+		t.Fatalf("token after restart %d not above %d", after, before)
+	}
+}
+
+func TestScriptFlushIsRecovered(t *testing.T) {
+	c, _ := sharedClient(t)
+	rdb := shared.Client(t)
+	for i := range 3 {
+		if err := rdb.ScriptFlush(context.Background()).Err(); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.Do(context.Background(), uniqueKey(t), spec(time.Second, 5*time.Second), func(context.Context) error { return nil }); err != nil {
+			t.Fatalf("Do %d after SCRIPT FLUSH: %v", i, err)
+		}
+	}
+}
+
+func TestReplicasRequired(t *testing.T) {
+	master := leasetest.StartRedis(t)
+	replica := leasetest.StartRedis(t, "--replicaof", "127.0.0.1", itoa(master.Port()))
+	rdbM := master.Client(t)
+	// Wait for the replica to attach.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		info, _ := rdbM.Info(context.Background(), "replication").Result()
+		if strings.Contains(info, "connected_slaves:1") && strings.Contains(info, "state=online") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("replica did not attach: %s", info)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	_ = replica
+
+	one, _ := newClient(t, rdbM, lease.WithReplicas(1, 500*time.Millisecond))
+	if err := one.Do(context.Background(), "repl", spec(5*time.Second, 10*time.Second), func(context.Context) error { return nil }); err != nil {
+		t.Fatalf("WithReplicas(1): %v", err)
+	}
+	two, rec := newClient(t, rdbM, lease.WithReplicas(2, 200*time.Millisecond))
+	err := two.Do(context.Background(), "repl", spec(5*time.Second, 10*time.Second), func(context.Context) error {
+		t.Error("entered without the required replicas")
+		return nil
+	})
+	mustIs(t, err, lease.ErrUnknown)
+	if rec.count(lease.EventUnreplicated) != 1 {
+		t.Fatal("unreplicated grant not observed")
+	}
+	if n, _ := rdbM.Exists(context.Background(), lockKey("repl")).Result(); n != 0 {
+		t.Fatal("unreplicated grant not released")
+	}
+}
+
+func itoa(n int) string { return strconv.Itoa(n) }
