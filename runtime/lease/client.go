@@ -190,6 +190,10 @@ func (c *Client) pipeliner(ctx context.Context, key string) (redis.Pipeliner, er
 // to the spelling that survives: a client with retries disabled must not get
 // three retries from being derived.
 func reinitClient(o *redis.Options) {
+	// The push processor is per-client state that NewClient stored in the
+	// options; sharing it makes the derived client's handler registration
+	// clash. The lease commands receive no push notifications.
+	o.PushNotificationProcessor = nil
 	o.ReadTimeout = unNormalize(o.ReadTimeout)
 	o.WriteTimeout = unNormalize(o.WriteTimeout)
 	o.MinRetryBackoff = unNormalize(o.MinRetryBackoff)

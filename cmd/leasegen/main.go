@@ -1,0 +1,134 @@
+// Command leasegen generates lease wrappers from //lease: directives.
+//
+// Usage:
+//
+//	leasegen [flags] [packages]
+//
+// With no packages it generates for the package in the current directory.
+// Add "//go:generate go tool leasegen" to a file of the package and run
+// go generate. Exit status: 0 on success, 1 on errors in the code or the
+// directives (or, with -check, when a file would change), 2 on usage errors.
+package main
+
+import (
+	"bytes"
+	"errors"
+	"flag"
+	"fmt"
+	"go/scanner"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/leasegen/leasegen/gen"
+)
+
+func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
+
+func run(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("leasegen", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	check := fs.Bool("check", false, "write nothing; list the files regeneration would change and exit 1 if any")
+	out := fs.String("o", "lease_gen.go", "name of the generated file in each package")
+	verbose := fs.Bool("v", false, "print progress")
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, "usage: leasegen [-check] [-o file] [-v] [packages]\n\n")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	if strings.ContainsRune(*out, filepath.Separator) || !strings.HasSuffix(*out, ".go") || strings.HasSuffix(*out, "_test.go") {
+		fmt.Fprintf(stderr, "leasegen: -o %q: want a file name ending in .go (not _test.go), without a directory\n", *out)
+		return 2
+	}
+	cfg := gen.Config{Patterns: fs.Args(), Output: *out}
+	if *verbose {
+		cfg.Logf = func(format string, a ...any) { fmt.Fprintf(stderr, format+"\n", a...) }
+	}
+	files, err := gen.Generate(cfg)
+	if err != nil {
+		var list scanner.ErrorList
+		if errors.As(err, &list) && err == error(list) {
+			for _, e := range list {
+				fmt.Fprintln(stderr, e)
+			}
+		} else {
+			fmt.Fprintln(stderr, err)
+		}
+		return 1
+	}
+	changed := 0
+	for _, f := range files {
+		old, readErr := os.ReadFile(f.Path)
+		same := (f.Data == nil && os.IsNotExist(readErr)) || (f.Data != nil && readErr == nil && bytes.Equal(old, f.Data))
+		if same {
+			continue
+		}
+		changed++
+		rel := relPath(f.Path)
+		if *check {
+			fmt.Fprintln(stdout, rel)
+			continue
+		}
+		if f.Data == nil {
+			if err := os.Remove(f.Path); err != nil {
+				fmt.Fprintf(stderr, "leasegen: %v\n", err)
+				return 1
+			}
+			if *verbose {
+				fmt.Fprintf(stderr, "leasegen: removed %s (no directives left)\n", rel)
+			}
+			continue
+		}
+		if err := writeAtomic(f.Path, f.Data); err != nil {
+			fmt.Fprintf(stderr, "leasegen: %v\n", err)
+			return 1
+		}
+		if *verbose {
+			fmt.Fprintf(stderr, "leasegen: wrote %s\n", rel)
+		}
+	}
+	if *check && changed > 0 {
+		fmt.Fprintf(stderr, "leasegen: %d generated file(s) out of date: run go generate\n", changed)
+		return 1
+	}
+	return 0
+}
+
+// writeAtomic writes data to a temporary file beside path and renames it
+// into place, so a crash never leaves a half-written file.
+func writeAtomic(path string, data []byte) error {
+	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp*")
+	if err != nil {
+		return err
+	}
+	_, werr := tmp.Write(data)
+	cerr := tmp.Close()
+	if err := errors.Join(werr, cerr); err != nil {
+		os.Remove(tmp.Name())
+		return err
+	}
+	if err := os.Chmod(tmp.Name(), 0o644); err != nil {
+		os.Remove(tmp.Name())
+		return err
+	}
+	if err := os.Rename(tmp.Name(), path); err != nil {
+		os.Remove(tmp.Name())
+		return err
+	}
+	return nil
+}
+
+func relPath(p string) string {
+	if wd, err := os.Getwd(); err == nil {
+		if r, err := filepath.Rel(wd, p); err == nil && !strings.HasPrefix(r, "..") {
+			return r
+		}
+	}
+	return p
+}

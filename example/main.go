@@ -1,0 +1,205 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/leasegen/leasegen/runtime/lease"
+	"github.com/leasegen/leasegen/runtime/leasetest"
+)
+
+func main() {
+	if err := run(context.Background(), os.Getenv("REDIS_URL")); err != nil {
+		fmt.Fprintln(os.Stderr, "example:", err)
+		os.Exit(1)
+	}
+}
+
+// counter is the example's Observer: it counts events by kind.
+type counter struct {
+	mu sync.Mutex
+	n  map[lease.EventKind]int
+}
+
+func (c *counter) Observe(e lease.Event) {
+	c.mu.Lock()
+	c.n[e.Kind]++
+	c.mu.Unlock()
+}
+
+func (c *counter) get(k lease.EventKind) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.n[k]
+}
+
+// connect returns a client for REDIS_URL (redis:// or rediss://, with
+// user:password), or for an in-process miniredis whose clock follows real
+// time so that TTLs expire as on a real server.
+func connect(url string) (*redis.Client, func(), error) {
+	if url != "" {
+		opt, err := redis.ParseURL(url)
+		if err != nil {
+			return nil, nil, fmt.Errorf("REDIS_URL: %w", err)
+		}
+		rdb := redis.NewClient(opt)
+		return rdb, func() { rdb.Close() }, rdb.Ping(context.Background()).Err()
+	}
+	m := miniredis.NewMiniRedis()
+	if err := m.Start(); err != nil {
+		return nil, nil, err
+	}
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() { // drive miniredis's clock in real time
+		defer close(done)
+		last := time.Now()
+		t := time.NewTicker(5 * time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case now := <-t.C:
+				m.SetTime(now)
+				m.FastForward(now.Sub(last))
+				last = now
+			}
+		}
+	}()
+	rdb := redis.NewClient(&redis.Options{Addr: m.Addr()})
+	return rdb, func() { rdb.Close(); close(stop); <-done; m.Close() }, nil
+}
+
+// partitionedNode is a second lease client whose connections run through a
+// fault proxy, so the demo can cut it off from Redis.
+func partitionedNode(rdb *redis.Client, obs lease.Observer) (*lease.Client, func(bool), func(), error) {
+	p, err := leasetest.NewProxy(rdb.Options().Addr)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	o := *rdb.Options()
+	o.Addr = p.Addr()
+	o.PushNotificationProcessor = nil
+	o.MaxRetries = 1
+	arb := redis.NewClient(&o)
+	c, err := lease.New(arb, lease.WithObserver(obs), lease.WithPrefix(prefix))
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	cut := func(on bool) {
+		if on {
+			p.Set(leasetest.Blackhole)
+		} else {
+			p.Set(leasetest.Pass)
+		}
+	}
+	return c, cut, func() { c.Close(); arb.Close(); p.Close() }, nil
+}
+
+var prefix = fmt.Sprintf("example-%d:", time.Now().UnixNano())
+
+func run(ctx context.Context, url string) error {
+	rdb, closeRedis, err := connect(url)
+	if err != nil {
+		return err
+	}
+	defer closeRedis()
+	where := "embedded miniredis (set REDIS_URL=redis://host:6379 for a real server)"
+	if url != "" {
+		where = "REDIS_URL"
+	}
+	fmt.Println("leasegen example: Redis =", where)
+
+	obs := &counter{n: map[lease.EventKind]int{}}
+	leases, err := lease.New(rdb, lease.WithObserver(obs), lease.WithPrefix(prefix))
+	if err != nil {
+		return err
+	}
+	defer leases.Close()
+	s := &Server{leases: leases, charged: map[string]Receipt{}, ledger: NewLedger()}
+
+	fmt.Println("\n1. Five workers race to charge order 42: one charges, the others wait and find it done.")
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var tokens []lease.Token
+	for w := 1; w <= 5; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r, err := s.ChargeOrder(ctx, "42", 1999)
+			if err != nil {
+				fmt.Printf("  worker %d: %v\n", w, err)
+				return
+			}
+			mu.Lock()
+			tokens = append(tokens, r.Token)
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	if len(tokens) != 5 || s.ledger.values["42"] != 1999 {
+		return fmt.Errorf("order 42: %d receipts, ledger %d cents; want 5 and one charge of 1999", len(tokens), s.ledger.values["42"])
+	}
+	fmt.Printf("  5 receipts, 1 charge of 1999 cents (fencing token %d)\n", tokens[0])
+
+	fmt.Println("\n2. Three nodes run the settlement job at once: one runs it, two skip (busy=skip, hold-min=1s).")
+	for node := 1; node <= 3; node++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := s.Settle(ctx, node); err != nil {
+				fmt.Printf("  node %d: %v\n", node, err)
+			}
+		}()
+	}
+	wg.Wait()
+
+	fmt.Println("\n3. Node A is cut off from Redis mid-write (renewals fail); node B takes over.")
+	nodeA, partition, closeA, err := partitionedNode(rdb, obs)
+	if err != nil {
+		return err
+	}
+	defer closeA()
+	a := &Server{leases: nodeA, charged: map[string]Receipt{}, ledger: s.ledger}
+	stalled := make(chan error, 1)
+	go func() {
+		stalled <- a.UpdateStock(ctx, "sku-7", -1, func() {
+			partition(true)                     // A's connection to Redis goes dark
+			time.Sleep(1200 * time.Millisecond) // and A's work ignores its cancelled ctx
+		})
+	}()
+	time.Sleep(100 * time.Millisecond)
+	if err := s.UpdateStock(ctx, "sku-7", -2, nil); err != nil { // B waits for A's lease to expire
+		return fmt.Errorf("node B: %w", err)
+	}
+	fmt.Println("  node B: lease granted after A's expired; write accepted")
+	err = <-stalled
+	partition(false)
+	if !errors.Is(err, ErrStale) || !errors.Is(err, lease.ErrLost) {
+		return fmt.Errorf("node A: got %v, want a lost lease and a rejected write", err)
+	}
+	fmt.Printf("  node A: context cancelled (lease lost); its late write was rejected:\n    %v\n", err)
+
+	fmt.Println("\n4. A slow export with a 300ms budget is cut off.")
+	start := time.Now()
+	err = s.SlowExport(ctx, "2026-11-29")
+	if !errors.Is(err, lease.ErrDeadline) {
+		return fmt.Errorf("slow export: got %v, want ErrDeadline", err)
+	}
+	fmt.Printf("  returned after %v: %v\n", time.Since(start).Round(10*time.Millisecond), err)
+
+	fmt.Println("\nObserver summary:")
+	for _, k := range []lease.EventKind{lease.EventAcquired, lease.EventBusy, lease.EventAcquireUnknown, lease.EventLost, lease.EventDeadlineExceeded, lease.EventReleased} {
+		fmt.Printf("  %-18s %d\n", k, obs.get(k))
+	}
+	fmt.Printf("  %-18s %d\n", "stale writes", s.ledger.Rejects)
+	return nil
+}

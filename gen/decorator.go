@@ -1,0 +1,118 @@
+package gen
+
+import (
+	"go/ast"
+	"go/types"
+	"strconv"
+
+	"github.com/dave/jennifer/jen"
+
+	"github.com/leasegen/leasegen/gen/directive"
+	"github.com/leasegen/leasegen/templates"
+)
+
+// decorator builds NewLeased<Iface> for an interface with annotated
+// methods, or returns nil when none is annotated.
+func (g *pkgGen) decorator(ts *ast.TypeSpec, it *ast.InterfaceType) *templates.Decorator {
+	dirs := map[string]*directive.Directive{}
+	for _, f := range it.Methods.List {
+		d := g.one(g.find(f.Doc))
+		if d == nil {
+			continue
+		}
+		if len(f.Names) == 0 {
+			g.errorf(d.Slash, "//lease:lock on an embedded interface: annotate the methods where they are declared")
+			continue
+		}
+		dirs[f.Names[0].Name] = d
+	}
+	if len(dirs) == 0 {
+		return nil
+	}
+	tn, _ := g.pkg.TypesInfo.Defs[ts.Name].(*types.TypeName)
+	if tn == nil {
+		return nil
+	}
+	named, _ := tn.Type().(*types.Named)
+	if named == nil || named.TypeParams().Len() > 0 {
+		g.errorf(ts.Name.Pos(), "%s: generic interfaces are not supported", ts.Name.Name)
+		return nil
+	}
+	iface := named.Underlying().(*types.Interface)
+	scope := g.pkg.Types.Scope()
+	dec := &templates.Decorator{
+		Iface: ts.Name.Name, IfaceTyp: typeCode(named),
+		Ctor: "NewLeased" + exportName(ts.Name.Name), Struct: "leased" + exportName(ts.Name.Name),
+		Recv: "x", Next: "next", ClientF: "leases",
+	}
+	for _, name := range []string{dec.Ctor, dec.Struct} {
+		if !g.declare(ts.Name.Pos(), name, nil) {
+			return nil
+		}
+	}
+	_ = scope
+	ok := true
+	for i := range iface.NumMethods() {
+		m := iface.Method(i)
+		sig := m.Signature()
+		n := newNamer()
+		n.reserve(dec.Recv, "context", "lease", "fmt", "strconv", "time")
+		collectPkgNames(sig, n)
+		w := &templates.Wrapper{Template: "decorator", Name: m.Name(), Target: ts.Name.Name + "." + m.Name(), ClientParam: -1}
+		orig := map[string]int{}
+		for j := range sig.Params().Len() {
+			p := sig.Params().At(j)
+			if p.Name() != "" && p.Name() != "_" {
+				orig[p.Name()] = j
+			}
+			def := "p" + strconv.Itoa(j)
+			if j == 0 {
+				def = "ctx"
+			}
+			prm := templates.Param{Name: n.alloc(p.Name(), def), Type: typeCode(p.Type())}
+			if sig.Variadic() && j == sig.Params().Len()-1 {
+				prm.Variadic, prm.Type = true, typeCode(p.Type().(*types.Slice).Elem())
+			}
+			w.Params = append(w.Params, prm)
+		}
+		for j := range sig.Results().Len() {
+			w.Results = append(w.Results, typeCode(sig.Results().At(j).Type()))
+		}
+		d := dirs[m.Name()]
+		if d == nil {
+			dec.Passthrough = append(dec.Passthrough, w)
+			continue
+		}
+		if d.WrapperName.Set() || d.Client.Set() {
+			pos := d.WrapperName.Pos
+			if !d.WrapperName.Set() {
+				pos = d.Client.Pos
+			}
+			g.errorf(pos, "name= and client= do not apply to interface methods (the decorator keeps the method names and takes the client in %s)", dec.Ctor)
+			ok = false
+			continue
+		}
+		md, good := g.checked(d)
+		if !g.checkShape(d.Slash, ts.Name.Name+"."+m.Name(), sig) || !good {
+			ok = false
+			continue
+		}
+		w.Client = jen.Id(dec.Recv).Dot(dec.ClientF)
+		w.Call = jen.Id(dec.Recv).Dot(dec.Next).Dot(m.Name())
+		key, good := g.key(md, sig, orig, w, n)
+		if !good {
+			ok = false
+			continue
+		}
+		w.Key = key
+		g.locals(w, n)
+		w.Spec = spec(md)
+		w.KeyTemplate = md.Key
+		w.Doc = wrapperDoc(m.Name(), "next."+m.Name(), md)
+		dec.Methods = append(dec.Methods, w)
+	}
+	if !ok {
+		return nil
+	}
+	return dec
+}

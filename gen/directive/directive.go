@@ -1,0 +1,302 @@
+// Package directive is the one parser of //lease: directives, shared by the
+// leasegen generator and the leasecheck analyzer.
+//
+//	//lease:lock KEY [option ...]
+//	//lease:defaults [option ...]
+//
+// It reads raw comments (never CommentGroup.Text, which drops directives)
+// and gives every argument its position.
+package directive
+
+import (
+	"fmt"
+	"go/ast"
+	"go/token"
+	"sort"
+	"strings"
+	"time"
+)
+
+// Directive names after "lease:".
+const (
+	Lock     = "lock"
+	Defaults = "defaults"
+)
+
+// Options lists the valid options, in the order the documentation gives.
+var Options = []string{"ttl", "deadline", "wait", "busy", "fence", "min-validity", "hold-min", "name", "client"}
+
+// Duration is a duration option; Pos is zero when it was not given.
+type Duration struct {
+	V   time.Duration
+	Pos token.Pos
+}
+
+// Set reports whether the option was given.
+func (d Duration) Set() bool { return d.Pos.IsValid() }
+
+// Word is a word-valued option (busy, name, client) or a flag (fence, V
+// empty); Pos is zero when it was not given.
+type Word struct {
+	V   string
+	Pos token.Pos
+}
+
+// Set reports whether the option was given.
+func (w Word) Set() bool { return w.Pos.IsValid() }
+
+// Directive is one parsed //lease: comment.
+type Directive struct {
+	Name   string    // Lock or Defaults
+	Slash  token.Pos // position of the "//"
+	Key    string    // Lock only
+	KeyPos token.Pos
+
+	TTL, Deadline, Wait, MinValidity, HoldMin Duration
+	Busy, Fence, WrapperName, Client          Word
+}
+
+// Error is a positioned problem with a directive.
+type Error struct {
+	Pos token.Pos
+	Msg string
+}
+
+func (e Error) Error() string { return e.Msg }
+
+func errorf(pos token.Pos, format string, args ...any) Error {
+	return Error{Pos: pos, Msg: "lease: " + fmt.Sprintf(format, args...)}
+}
+
+// Find parses the lease directives in a comment group (nil-safe). Comments
+// that are not lease directives are ignored, except near misses such as
+// "// lease:lock" with a space, which are errors.
+func Find(cg *ast.CommentGroup) ([]*Directive, []Error) {
+	if cg == nil {
+		return nil, nil
+	}
+	var ds []*Directive
+	var errs []Error
+	for _, c := range cg.List {
+		d, es := Parse(c.Slash, c.Text)
+		errs = append(errs, es...)
+		if d != nil {
+			ds = append(ds, d)
+		}
+	}
+	return ds, errs
+}
+
+// Parse parses one comment ("//..." with the slashes). It returns nil and no
+// errors for comments that are not lease directives.
+func Parse(pos token.Pos, text string) (*Directive, []Error) {
+	if len(text) < 3 || !strings.HasPrefix(text, "//") {
+		return nil, nil
+	}
+	if rest, ok := strings.CutPrefix(strings.TrimLeft(text[2:], " \t"), "lease:"); ok && text[2] != 'l' {
+		// "// lease:lock ..." is a directive mistyped as prose only when a
+		// known directive name follows; "// lease: held while…" is prose.
+		name, _, _ := strings.Cut(rest, " ")
+		if name == Lock || name == Defaults {
+			return nil, []Error{errorf(pos, "malformed directive: no space allowed between // and lease:%s (write //lease:%s)", name, name)}
+		}
+		return nil, nil
+	}
+	dir, ok := ast.ParseDirective(pos, text)
+	if !ok || dir.Tool != "lease" {
+		return nil, nil
+	}
+	if dir.Name != Lock && dir.Name != Defaults {
+		return nil, []Error{errorf(pos, "unknown directive //lease:%s%s (valid: //lease:lock, //lease:defaults)", dir.Name, suggest(dir.Name, []string{Lock, Defaults}))}
+	}
+	args, err := dir.ParseArgs()
+	if err != nil {
+		return nil, []Error{errorf(dir.ArgsPos, "malformed //lease:%s arguments: %v", dir.Name, err)}
+	}
+	d := &Directive{Name: dir.Name, Slash: pos}
+	var errs []Error
+	if dir.Name == Lock {
+		if len(args) == 0 || strings.Contains(args[0].Arg, "=") || args[0].Arg == "fence" {
+			at := dir.End()
+			if len(args) > 0 {
+				at = args[0].Pos
+			}
+			return nil, []Error{errorf(at, "//lease:lock needs a key first, as in //lease:lock orders:{orderID} deadline=1m")}
+		}
+		d.Key, d.KeyPos = args[0].Arg, args[0].Pos
+		args = args[1:]
+	}
+	seen := map[string]bool{}
+	for _, a := range args {
+		name, val, hasVal := strings.Cut(a.Arg, "=")
+		if seen[name] {
+			errs = append(errs, errorf(a.Pos, "duplicate option %s", name))
+			continue
+		}
+		seen[name] = true
+		valPos := a.Pos + token.Pos(len(name)+1)
+		if e, ok := d.set(name, val, hasVal, a.Pos, valPos); !ok {
+			errs = append(errs, e)
+		}
+	}
+	return d, errs
+}
+
+func (d *Directive) set(name, val string, hasVal bool, pos, valPos token.Pos) (Error, bool) {
+	dur := func(dst *Duration) (Error, bool) {
+		if !hasVal || val == "" {
+			return errorf(pos, "option %s needs a duration, as in %s=10s", name, name), false
+		}
+		v, err := time.ParseDuration(val)
+		if err != nil {
+			return errorf(valPos, "bad %s %q: want a Go duration such as 500ms, 10s or 1m", name, val), false
+		}
+		if v < 0 {
+			return errorf(valPos, "bad %s %q: must not be negative", name, val), false
+		}
+		*dst = Duration{V: v, Pos: pos}
+		return Error{}, true
+	}
+	word := func(dst *Word, valid func(string) bool, want string) (Error, bool) {
+		if !hasVal || val == "" {
+			return errorf(pos, "option %s needs a value: %s", name, want), false
+		}
+		if !valid(val) {
+			return errorf(valPos, "bad %s %q: want %s", name, val, want), false
+		}
+		*dst = Word{V: val, Pos: pos}
+		return Error{}, true
+	}
+	switch name {
+	case "ttl":
+		return dur(&d.TTL)
+	case "deadline":
+		return dur(&d.Deadline)
+	case "wait":
+		return dur(&d.Wait)
+	case "min-validity":
+		return dur(&d.MinValidity)
+	case "hold-min":
+		return dur(&d.HoldMin)
+	case "busy":
+		return word(&d.Busy, func(s string) bool { return s == "error" || s == "skip" }, "error or skip")
+	case "name":
+		if d.Name == Defaults {
+			return errorf(pos, "option name= is not allowed in //lease:defaults (each wrapper needs its own name)"), false
+		}
+		return word(&d.WrapperName, token.IsIdentifier, "a Go identifier")
+	case "client":
+		return word(&d.Client, token.IsIdentifier, "a receiver field or package-level variable name")
+	case "fence":
+		if hasVal {
+			return errorf(pos, "option fence takes no value (write fence, or leave it out)"), false
+		}
+		d.Fence = Word{Pos: pos}
+		return Error{}, true
+	}
+	return errorf(pos, "unknown option %q%s (valid: %s)", name, suggest(name, Options), strings.Join(Options, ", ")), false
+}
+
+// Merge returns d with every option it does not set taken from def (a
+// //lease:defaults directive; nil for none).
+func (d *Directive) Merge(def *Directive) *Directive {
+	out := *d
+	if def == nil {
+		return &out
+	}
+	pick := func(dst *Duration, src Duration) {
+		if !dst.Set() {
+			*dst = src
+		}
+	}
+	pickW := func(dst *Word, src Word) {
+		if !dst.Set() {
+			*dst = src
+		}
+	}
+	pick(&out.TTL, def.TTL)
+	pick(&out.Deadline, def.Deadline)
+	pick(&out.Wait, def.Wait)
+	pick(&out.MinValidity, def.MinValidity)
+	pick(&out.HoldMin, def.HoldMin)
+	pickW(&out.Busy, def.Busy)
+	pickW(&out.Fence, def.Fence)
+	pickW(&out.Client, def.Client)
+	return &out
+}
+
+// DefaultTTL is the lease length when neither the directive nor the
+// package defaults set ttl.
+const DefaultTTL = 30 * time.Second
+
+// Check validates a merged //lease:lock directive's durations against each
+// other and fills the derived defaults (ttl 30s, min-validity ttl/2). Errors
+// point at the offending option, or at the directive for a missing deadline.
+func (d *Directive) Check() []Error {
+	var errs []Error
+	if !d.TTL.Set() {
+		d.TTL.V = DefaultTTL
+	}
+	if d.TTL.V <= 0 {
+		errs = append(errs, errorf(d.TTL.Pos, "ttl must be positive"))
+	}
+	if !d.Deadline.Set() {
+		errs = append(errs, errorf(d.Slash, "missing deadline: every protected call states its total budget (add deadline=DUR here, or to //lease:defaults in the package doc)"))
+	} else if d.Deadline.V <= 0 {
+		errs = append(errs, errorf(d.Deadline.Pos, "deadline must be positive"))
+	} else if d.Wait.V > 0 && d.Wait.V >= d.Deadline.V {
+		errs = append(errs, errorf(d.Wait.Pos, "wait %v must be less than deadline %v", d.Wait.V, d.Deadline.V))
+	}
+	if !d.MinValidity.Set() {
+		d.MinValidity.V = d.TTL.V / 2
+	} else if d.MinValidity.V >= d.TTL.V {
+		errs = append(errs, errorf(d.MinValidity.Pos, "min-validity %v must be less than ttl %v", d.MinValidity.V, d.TTL.V))
+	}
+	if d.HoldMin.Set() && d.Deadline.Set() && d.HoldMin.V > d.Deadline.V {
+		errs = append(errs, errorf(d.HoldMin.Pos, "hold-min %v must not exceed deadline %v", d.HoldMin.V, d.Deadline.V))
+	}
+	return errs
+}
+
+// suggest returns ` (did you mean "x"?)` for the closest candidate within
+// edit distance 2 (case-insensitive), or "".
+func suggest(s string, candidates []string) string {
+	best, bestD := "", 3
+	for _, c := range candidates {
+		if d := distance(strings.ToLower(s), strings.ToLower(c)); d < bestD {
+			best, bestD = c, d
+		}
+	}
+	if best == "" {
+		return ""
+	}
+	return fmt.Sprintf(" (did you mean %s?)", best)
+}
+
+// Suggest is suggest for callers outside the package: the closest of
+// candidates to s, or "".
+func Suggest(s string, candidates []string) string {
+	c := append([]string(nil), candidates...)
+	sort.Strings(c)
+	return suggest(s, c)
+}
+
+func distance(a, b string) int {
+	prev := make([]int, len(b)+1)
+	cur := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev, cur = cur, prev
+	}
+	return prev[len(b)]
+}

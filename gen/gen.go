@@ -1,0 +1,257 @@
+// Package gen loads Go packages, checks their //lease: directives against
+// the functions they annotate, and returns the generated wrapper files as
+// bytes. It never writes files: cmd/leasegen does.
+package gen
+
+import (
+	"bytes"
+	"fmt"
+	"go/ast"
+	"go/scanner"
+	"go/token"
+	"go/types"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strings"
+
+	"golang.org/x/tools/go/packages"
+
+	"github.com/leasegen/leasegen/gen/directive"
+	"github.com/leasegen/leasegen/templates"
+)
+
+// Config says what to generate.
+type Config struct {
+	Dir      string   // working directory; "" means the current one
+	Patterns []string // package patterns; none means "."
+	Output   string   // generated file name in each package; "" means lease_gen.go
+	// Logf, when set, receives progress lines (-v).
+	Logf func(format string, args ...any)
+}
+
+// File is one generated file.
+type File struct {
+	Path string // absolute
+	// Data is the complete new content; nil means the package has no
+	// directives left and a previously generated file should be removed.
+	Data []byte
+}
+
+// BuildTag is set while loading, so that generated files (which carry
+// //go:build !leasegen) never take part in their own regeneration.
+const BuildTag = "leasegen"
+
+// Generate loads the packages and returns the files to write. Problems in
+// the code or the directives are returned as a scanner.ErrorList, sorted,
+// with paths relative to the working directory; then no file is returned.
+func Generate(cfg Config) ([]File, error) {
+	if cfg.Output == "" {
+		cfg.Output = "lease_gen.go"
+	}
+	if len(cfg.Patterns) == 0 {
+		cfg.Patterns = []string{"."}
+	}
+	dir := cfg.Dir
+	if dir == "" {
+		dir, _ = os.Getwd()
+	}
+	dir, _ = filepath.Abs(dir)
+	fset := token.NewFileSet()
+	pkgs, err := packages.Load(&packages.Config{
+		Mode:       packages.NeedName | packages.NeedFiles | packages.NeedSyntax | packages.NeedTypes | packages.NeedTypesInfo,
+		Dir:        dir,
+		Fset:       fset,
+		BuildFlags: []string{"-tags=" + BuildTag},
+	}, cfg.Patterns...)
+	if err != nil {
+		return nil, fmt.Errorf("leasegen: load: %w", err)
+	}
+	el := &errList{dir: dir, fset: fset}
+	// Loading without the generated files, calls to the wrappers do not
+	// resolve. Those errors are set aside and forgiven only if this run
+	// generates the missing names; any other error stops generation.
+	var deferred []deferredErr
+	for _, p := range pkgs {
+		hasTypeErrors := false
+		for _, e := range p.Errors {
+			hasTypeErrors = hasTypeErrors || e.Kind == packages.TypeError
+		}
+		for _, e := range p.Errors {
+			if e.Kind == packages.ListError && strings.HasPrefix(e.Msg, "# ") && hasTypeErrors {
+				continue // the compiler's copy of the type errors below
+			}
+			if name := missingName(e); name != "" {
+				deferred = append(deferred, deferredErr{e, name})
+				continue
+			}
+			el.addPackageError(e)
+		}
+	}
+	if len(el.list) > 0 {
+		el.list.Sort()
+		return nil, fmt.Errorf("leasegen: the packages do not compile; fix these first:\n%w", el.list)
+	}
+	var files []File
+	var allNames []string
+	for _, p := range pkgs {
+		if cfg.Logf != nil {
+			cfg.Logf("leasegen: %s", p.PkgPath)
+		}
+		if len(p.GoFiles) == 0 && len(p.IgnoredFiles) == 0 {
+			continue
+		}
+		g := &pkgGen{pkg: p, fset: fset, errs: el}
+		m := g.build()
+		for n := range g.names {
+			allNames = append(allNames, n[strings.LastIndex(n, ".")+1:])
+		}
+		out := filepath.Join(filepath.Dir(firstFile(p)), cfg.Output)
+		if err := checkOutput(p, out); err != nil {
+			el.add(token.NoPos, err.Error())
+			continue
+		}
+		if len(m.Wrappers) == 0 && len(m.Decorators) == 0 {
+			if isGenerated(out) {
+				files = append(files, File{Path: out})
+			}
+			continue
+		}
+		if len(el.list) > 0 {
+			continue
+		}
+		data, err := templates.Render(m)
+		if err != nil {
+			return nil, fmt.Errorf("leasegen: %s: render: %w", p.PkgPath, err)
+		}
+		files = append(files, File{Path: out, Data: data})
+	}
+	generated := map[string]bool{}
+	for _, gn := range allNames {
+		generated[gn] = true
+	}
+	var unresolved errList = errList{dir: dir, fset: fset}
+	for _, d := range deferred {
+		if !generated[d.name] {
+			unresolved.addPackageError(d.err)
+		}
+	}
+	if len(unresolved.list) > 0 && len(el.list) == 0 {
+		unresolved.list.Sort()
+		return nil, fmt.Errorf("leasegen: the packages do not compile; fix these first:\n%w", unresolved.list)
+	}
+	if len(el.list) > 0 {
+		el.list.Sort()
+		return nil, el.list
+	}
+	return files, nil
+}
+
+type deferredErr struct {
+	err  packages.Error
+	name string
+}
+
+var missingRE = regexp.MustCompile(`^(?:undefined: (\w+)$|.*has no field or method (\w+)\b)`)
+
+// missingName returns the undefined identifier a type error complains
+// about, or "".
+func missingName(e packages.Error) string {
+	if e.Kind != packages.TypeError {
+		return ""
+	}
+	m := missingRE.FindStringSubmatch(e.Msg)
+	if m == nil {
+		return ""
+	}
+	return m[1] + m[2]
+}
+
+func firstFile(p *packages.Package) string {
+	if len(p.GoFiles) > 0 {
+		return p.GoFiles[0]
+	}
+	return p.IgnoredFiles[0]
+}
+
+// checkOutput refuses to overwrite a file leasegen did not write.
+func checkOutput(p *packages.Package, out string) error {
+	if _, err := os.Stat(out); err != nil || isGenerated(out) {
+		return nil
+	}
+	return fmt.Errorf("%s exists and was not generated by leasegen; choose another output name with -o", relPath(out))
+}
+
+func isGenerated(path string) bool {
+	b, err := os.ReadFile(path)
+	return err == nil && bytes.HasPrefix(b, []byte("// "+templates.Header))
+}
+
+func relPath(p string) string {
+	wd, err := os.Getwd()
+	if err != nil {
+		return p
+	}
+	if r, err := filepath.Rel(wd, p); err == nil && !strings.HasPrefix(r, "..") {
+		return r
+	}
+	return p
+}
+
+// errList collects positioned errors with paths relative to dir.
+type errList struct {
+	dir  string
+	fset *token.FileSet
+	list scanner.ErrorList
+}
+
+func (l *errList) add(pos token.Pos, msg string) {
+	p := l.fset.Position(pos)
+	if p.Filename != "" {
+		if r, err := filepath.Rel(l.dir, p.Filename); err == nil && !strings.HasPrefix(r, "..") {
+			p.Filename = r
+		}
+	}
+	l.list = append(l.list, &scanner.Error{Pos: p, Msg: msg})
+}
+
+func (l *errList) addAll(es []directive.Error) {
+	for _, e := range es {
+		l.add(e.Pos, e.Msg)
+	}
+}
+
+func (l *errList) addPackageError(e packages.Error) {
+	pos := token.Position{}
+	msg := e.Msg
+	// e.Pos is "file:line:col" (or "file:line", or "-").
+	if e.Pos != "" && e.Pos != "-" {
+		parts := strings.Split(e.Pos, ":")
+		pos.Filename = parts[0]
+		if len(parts) > 1 {
+			fmt.Sscan(parts[1], &pos.Line)
+		}
+		if len(parts) > 2 {
+			fmt.Sscan(parts[2], &pos.Column)
+		}
+		if r, err := filepath.Rel(l.dir, pos.Filename); err == nil && !strings.HasPrefix(r, "..") {
+			pos.Filename = r
+		}
+	}
+	l.list = append(l.list, &scanner.Error{Pos: pos, Msg: msg})
+}
+
+// sortWrappers orders output by source position, so output is stable.
+func sortByPos(fset *token.FileSet, ws []*templates.Wrapper, pos map[*templates.Wrapper]token.Pos) {
+	sort.SliceStable(ws, func(i, j int) bool {
+		a, b := fset.Position(pos[ws[i]]), fset.Position(pos[ws[j]])
+		if a.Filename != b.Filename {
+			return a.Filename < b.Filename
+		}
+		return a.Offset < b.Offset
+	})
+}
+
+var _ = types.Universe
+var _ ast.Node

@@ -1,0 +1,100 @@
+// Package templates holds the jennifer emitters of leasegen, one per wrapper
+// shape, in a named registry. Their input is the model below, which the gen
+// package precomputes: templates never inspect go/types.
+package templates
+
+import (
+	"time"
+
+	"github.com/dave/jennifer/jen"
+)
+
+// File is one generated file: every wrapper and decorator of a package.
+type File struct {
+	PkgPath, PkgName string
+	// Aliases renames imports whose default names the package's own
+	// identifiers would shadow (import path -> alias).
+	Aliases    map[string]string
+	Wrappers   []*Wrapper   // templates "func" and "method"
+	Decorators []*Decorator // template "decorator"
+}
+
+// Param is one parameter of a wrapper. For a variadic last parameter Type is
+// the element type.
+type Param struct {
+	Name     string
+	Type     jen.Code
+	Variadic bool
+}
+
+// NilCheck is a pointer on a key path that must be non-nil.
+type NilCheck struct {
+	Expr jen.Code // the pointer expression
+	Text string   // how the message names it, e.g. "req.Order"
+}
+
+// KeyPart is literal text or one {path} of a key template.
+type KeyPart struct {
+	Lit string // literal text when Value is nil
+	Src string // the part as written, e.g. "{req.Order.ID}"
+	// Value is an expression of type string, already escaped.
+	Value jen.Code
+	// Marshal, when set, is an expression of type ([]byte, error) whose
+	// bytes (escaped) are the part's value (encoding.TextMarshaler).
+	Marshal   jen.Code
+	NilChecks []NilCheck
+}
+
+// Spec is the lease.Spec the wrapper passes, every field explicit.
+type Spec struct {
+	TTL, Deadline, Wait, MinValidity, HoldMin time.Duration
+	Skip, Fence                               bool
+}
+
+// Wrapper is one protected function, method or interface method.
+type Wrapper struct {
+	Template string   // registry name: "func" or "method" (decorator methods: "decorator")
+	Name     string   // the wrapper's name
+	Target   string   // the wrapped function or method's name
+	Doc      []string // doc comment lines (without //)
+
+	RecvName string   // method wrappers: the receiver's name
+	RecvType jen.Code // method wrappers: e.g. *Server
+
+	TypeParams []Param // generic functions: name and constraint
+	Params     []Param // the wrapper's parameters; Params[0] is the context
+	// ClientParam is the index in Params of an added *lease.Client
+	// parameter, or -1.
+	ClientParam int
+	Results     []jen.Code // result types; the last is error
+
+	KeyTemplate string
+	Key         []KeyPart
+	Spec        Spec
+	Client      jen.Code // expression of the *lease.Client
+	Call        jen.Code // the function value to call, e.g. s.chargeOrder
+	// Tie, when set, is a function-typed expression asserting the wrapped
+	// signature, so stale output fails to compile.
+	Tie     jen.Code
+	TieType jen.Code
+
+	// Locals are identifiers allocated so they collide with no parameter.
+	KeyVar, ErrVar string
+	ResultVars     []string
+	ScratchVars    []string // one per Marshal key part
+}
+
+// Decorator implements an interface by calling next, with leases around
+// the annotated methods.
+type Decorator struct {
+	Iface    string // interface name
+	IfaceTyp jen.Code
+	Ctor     string // NewLeased<Iface>
+	Struct   string // the implementing type
+	Recv     string // receiver name in its methods
+	Next     string // field holding the wrapped value
+	ClientF  string // field holding the *lease.Client
+	Methods  []*Wrapper
+	// Passthrough lists methods without a directive: name, params, results.
+	Passthrough []*Wrapper
+}
