@@ -257,7 +257,7 @@ func duration(d time.Duration) jen.Code {
 			if d == u.u {
 				return jen.Qual(timePkg, u.name)
 			}
-			return jen.Lit(int(d / u.u)).Op("*").Qual(timePkg, u.name)
+			return jen.Lit(int(d/u.u)).Op("*").Qual(timePkg, u.name)
 		}
 	}
 	return jen.Qual(timePkg, "Duration").Call(jen.Lit(int64(d)))
