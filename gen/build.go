@@ -61,7 +61,7 @@ func (g *pkgGen) build() *templates.File {
 			case d.Name == directive.Lock:
 				g.errorf(d.Slash, "//lease:lock in a package comment: put it in the doc comment of the function it protects")
 			case g.defaults != nil:
-				g.errorf(d.Slash, "duplicate //lease:defaults (first at %s)", g.errs.fset.Position(g.defaults.Slash))
+				g.errorf(d.Slash, "duplicate //lease:defaults (first at %s)", g.errs.where(g.defaults.Slash))
 			default:
 				g.defaults = d
 			}
@@ -120,7 +120,7 @@ func (g *pkgGen) one(ds []*directive.Directive) *directive.Directive {
 		case d.Name == directive.Defaults:
 			g.errorf(d.Slash, "//lease:defaults belongs in the package doc comment, not on a function")
 		case lock != nil:
-			g.errorf(d.Slash, "duplicate //lease:lock (one per function; first at %s)", g.errs.fset.Position(lock.Slash))
+			g.errorf(d.Slash, "duplicate //lease:lock (one per function; first at %s)", g.errs.where(lock.Slash))
 		default:
 			lock = d
 		}
@@ -139,7 +139,7 @@ func (g *pkgGen) checked(d *directive.Directive) (*directive.Directive, bool) {
 	m := d.Merge(g.defaults)
 	es := m.Check()
 	g.errs.addAll(es)
-	return m, len(es) == 0
+	return m, len(es) == 0 && !m.Invalid
 }
 
 func isContext(t types.Type) bool {
@@ -351,11 +351,11 @@ func (g *pkgGen) declare(pos token.Pos, name string, recv *types.Named) bool {
 		existing = g.pkg.Types.Scope().Lookup(name)
 	}
 	if existing != nil {
-		g.errorf(pos, "wrapper name %s is already declared at %s; choose another with name=", name, g.errs.fset.Position(existing.Pos()))
+		g.errorf(pos, "wrapper name %s is already declared at %s; choose another with name=", name, g.errs.where(existing.Pos()))
 		return false
 	}
 	if prev, ok := g.names[scopeKey]; ok {
-		g.errorf(pos, "wrapper name %s is also generated for the directive at %s; choose another with name=", name, g.errs.fset.Position(prev))
+		g.errorf(pos, "wrapper name %s is also generated for the directive at %s; choose another with name=", name, g.errs.where(prev))
 		return false
 	}
 	g.names[scopeKey] = pos
@@ -398,7 +398,9 @@ func (g *pkgGen) client(d *directive.Directive, recv *types.Named, recvName stri
 	}
 	switch len(fields) {
 	case 0:
-		return nil, "", true
+		// No source: the wrapper takes the client as a parameter after ctx.
+		name := n.alloc("c", "c")
+		return jen.Id(name), name, true
 	case 1:
 		return jen.Id(recvName).Dot(fields[0]), "", true
 	}

@@ -68,6 +68,9 @@ func Generate(cfg Config) ([]File, error) {
 	if err != nil {
 		return nil, fmt.Errorf("leasegen: load: %w", err)
 	}
+	if len(pkgs) == 0 {
+		return nil, fmt.Errorf("leasegen: no packages match %s (in %s)", strings.Join(cfg.Patterns, " "), dir)
+	}
 	el := &errList{dir: dir, fset: fset}
 	// Loading without the generated files, calls to the wrappers do not
 	// resolve. Those errors are set aside and forgiven only if this run
@@ -207,14 +210,23 @@ type errList struct {
 }
 
 func (l *errList) add(pos token.Pos, msg string) {
+	l.list = append(l.list, &scanner.Error{Pos: l.position(pos), Msg: msg})
+}
+
+// position resolves pos with its file name relative to the working
+// directory when below it, as go build prints paths.
+func (l *errList) position(pos token.Pos) token.Position {
 	p := l.fset.Position(pos)
 	if p.Filename != "" {
 		if r, err := filepath.Rel(l.dir, p.Filename); err == nil && !strings.HasPrefix(r, "..") {
 			p.Filename = r
 		}
 	}
-	l.list = append(l.list, &scanner.Error{Pos: p, Msg: msg})
+	return p
 }
+
+// where formats pos for a message ("p.go:5:1").
+func (l *errList) where(pos token.Pos) string { return l.position(pos).String() }
 
 func (l *errList) addAll(es []directive.Error) {
 	for _, e := range es {

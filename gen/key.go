@@ -135,7 +135,7 @@ func (g *pkgGen) keyValue(p directive.Part, kp templates.KeyPart, expr jen.Code,
 	if ptr, ok := t.Underlying().(*types.Pointer); ok {
 		if _, basic := ptr.Elem().Underlying().(*types.Basic); basic {
 			kp.NilChecks = append(kp.NilChecks, templates.NilCheck{Expr: expr, Text: text})
-			expr, t = jen.Parens(jen.Op("*").Add(expr)), ptr.Elem()
+			expr, t = jen.Op("*").Add(expr), ptr.Elem()
 		}
 	}
 	if b, ok := t.Underlying().(*types.Basic); ok {

@@ -157,12 +157,17 @@ func body(w *Wrapper) []jen.Code {
 	// Key: nil checks and marshalling first, then one concatenation.
 	var concat []jen.Code
 	scratch := 0
+	checked := map[string]bool{} // a pointer shared by several parts is checked once
 	for _, p := range w.Key {
 		if p.Value == nil && p.Marshal == nil {
 			concat = append(concat, jen.Lit(p.Lit))
 			continue
 		}
 		for _, nc := range p.NilChecks {
+			if checked[nc.Text] {
+				continue
+			}
+			checked[nc.Text] = true
 			code = append(code, jen.If(jen.Add(nc.Expr).Op("==").Nil()).Block(
 				ret(jen.Qual(fmtPkg, "Errorf").Call(jen.Lit("%w: key part "+p.Src+": "+nc.Text+" is nil"), jen.Qual(leasePkg, "ErrBadKey"))),
 			))
@@ -286,6 +291,7 @@ func emitDecorator(f *jen.File, item any) error {
 		jen.Return(jen.Op("&").Id(d.Struct).Values(jen.Dict{jen.Id(d.Next): jen.Id("next"), jen.Id(d.ClientF): jen.Id("c")})),
 	)
 	for _, m := range d.Methods {
+		f.Line()
 		for _, l := range m.Doc {
 			f.Comment(l)
 		}
@@ -305,6 +311,8 @@ func emitDecorator(f *jen.File, item any) error {
 		if len(m.Results) == 0 {
 			blk = call
 		}
+		f.Line()
+		f.Commentf("%s passes through to next (no directive).", m.Name)
 		f.Func().Params(jen.Id(d.Recv).Op("*").Id(d.Struct)).Id(m.Name).Params(params(m.Params)...).Add(resultsOpt(m.Results)).Block(blk)
 	}
 	return nil

@@ -52,8 +52,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	files, err := gen.Generate(cfg)
 	if err != nil {
-		var list scanner.ErrorList
-		if errors.As(err, &list) && err == error(list) {
+		if list, ok := err.(scanner.ErrorList); ok {
 			for _, e := range list {
 				fmt.Fprintln(stderr, e)
 			}

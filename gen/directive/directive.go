@@ -54,6 +54,10 @@ type Directive struct {
 
 	TTL, Deadline, Wait, MinValidity, HoldMin Duration
 	Busy, Fence, WrapperName, Client          Word
+
+	// Invalid is set when an option failed to parse; Check then adds no
+	// errors of its own (they would only repeat the first).
+	Invalid bool
 }
 
 // Error is a positioned problem with a directive.
@@ -137,6 +141,7 @@ func Parse(pos token.Pos, text string) (*Directive, []Error) {
 		valPos := a.Pos + token.Pos(len(name)+1)
 		if e, ok := d.set(name, val, hasVal, a.Pos, valPos); !ok {
 			errs = append(errs, e)
+			d.Invalid = true
 		}
 	}
 	return d, errs
@@ -222,6 +227,7 @@ func (d *Directive) Merge(def *Directive) *Directive {
 	pickW(&out.Busy, def.Busy)
 	pickW(&out.Fence, def.Fence)
 	pickW(&out.Client, def.Client)
+	out.Invalid = d.Invalid || def.Invalid
 	return &out
 }
 
@@ -233,6 +239,9 @@ const DefaultTTL = 30 * time.Second
 // other and fills the derived defaults (ttl 30s, min-validity ttl/2). Errors
 // point at the offending option, or at the directive for a missing deadline.
 func (d *Directive) Check() []Error {
+	if d.Invalid {
+		return nil
+	}
 	var errs []Error
 	if !d.TTL.Set() {
 		d.TTL.V = DefaultTTL

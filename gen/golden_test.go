@@ -1,0 +1,175 @@
+package gen_test
+
+import (
+	"bytes"
+	"errors"
+	"flag"
+	"fmt"
+	"go/scanner"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+
+	"golang.org/x/tools/txtar"
+
+	"github.com/leasegen/leasegen/gen"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden files in testdata from the current output")
+
+// repoRoot is the module root (two levels up from this file's package).
+func repoRoot(t testing.TB) string {
+	_, file, _, _ := runtime.Caller(0)
+	return filepath.Dir(filepath.Dir(file))
+}
+
+// writeModule writes a module at dir that uses this repository by replace,
+// with this repository's requirements and go.sum, so no network is needed.
+func writeModule(t testing.TB, dir string) {
+	t.Helper()
+	root := repoRoot(t)
+	own, err := os.ReadFile(filepath.Join(root, "go.mod"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var reqs []string
+	in := false
+	for _, line := range strings.Split(string(own), "\n") {
+		switch {
+		case strings.HasPrefix(line, "require ("):
+			in = true
+		case in && line == ")":
+			in = false
+		case in:
+			reqs = append(reqs, line)
+		case strings.HasPrefix(line, "require "):
+			reqs = append(reqs, "\t"+strings.TrimPrefix(line, "require "))
+		}
+	}
+	gomod := fmt.Sprintf("module example.com/golden\n\ngo 1.26\n\nrequire (\n\tgithub.com/leasegen/leasegen v0.0.0\n%s\n)\n\nreplace github.com/leasegen/leasegen => %s\n", strings.Join(reqs, "\n"), root)
+	if err := os.WriteFile(filepath.Join(dir, "go.mod"), []byte(gomod), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	sum, err := os.ReadFile(filepath.Join(root, "go.sum"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "go.sum"), sum, 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Each testdata/*.txtar holds an input package (files at the top level)
+// and either "want/lease_gen.go" (the wanted output) or "want.errors" (the
+// wanted diagnostics, one per line). All outputs are then built and vetted
+// together in one module.
+func TestGolden(t *testing.T) {
+	cases, _ := filepath.Glob("testdata/*.txtar")
+	if len(cases) < 25 {
+		t.Fatalf("found %d golden cases, want at least 25", len(cases))
+	}
+	// The temporary module may need go.mod updates; the module cache has
+	// everything, so no network is used.
+	t.Setenv("GOFLAGS", "-mod=mod")
+	t.Setenv("GOPROXY", "off")
+	mod := t.TempDir()
+	writeModule(t, mod)
+	var built []string
+	for _, path := range cases {
+		name := strings.TrimSuffix(filepath.Base(path), ".txtar")
+		ar, err := txtar.ParseFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		dir := filepath.Join(mod, name)
+		os.MkdirAll(dir, 0o755)
+		var wantOut, wantErrs *txtar.File
+		for i := range ar.Files {
+			f := &ar.Files[i]
+			switch f.Name {
+			case "want/lease_gen.go":
+				wantOut = f
+			case "want.errors":
+				wantErrs = f
+			default:
+				p := filepath.Join(dir, f.Name)
+				os.MkdirAll(filepath.Dir(p), 0o755)
+				if err := os.WriteFile(p, f.Data, 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		if (wantOut == nil) == (wantErrs == nil) && !*update {
+			t.Errorf("%s: need exactly one of want/lease_gen.go and want.errors", name)
+			continue
+		}
+		t.Run(name, func(t *testing.T) {
+			files, err := gen.Generate(gen.Config{Dir: dir})
+			var got []byte
+			isErr := err != nil
+			if isErr {
+				var list scanner.ErrorList
+				if errors.As(err, &list) {
+					var b bytes.Buffer
+					for _, e := range list {
+						fmt.Fprintln(&b, e)
+					}
+					got = b.Bytes()
+				} else {
+					got = []byte(strings.ReplaceAll(err.Error(), dir+string(filepath.Separator), "") + "\n")
+				}
+			} else {
+				for _, f := range files {
+					got = append(got, f.Data...)
+					if f.Data != nil {
+						if err := os.WriteFile(f.Path, f.Data, 0o644); err != nil {
+							t.Fatal(err)
+						}
+						built = append(built, "./"+name)
+					}
+				}
+			}
+			if *update {
+				var keep []txtar.File
+				for _, f := range ar.Files {
+					if f.Name != "want/lease_gen.go" && f.Name != "want.errors" {
+						keep = append(keep, f)
+					}
+				}
+				wantName := "want/lease_gen.go"
+				if isErr {
+					wantName = "want.errors"
+				}
+				ar.Files = append(keep, txtar.File{Name: wantName, Data: got})
+				if err := os.WriteFile(path, txtar.Format(ar), 0o644); err != nil {
+					t.Fatal(err)
+				}
+				return
+			}
+			switch {
+			case wantErrs != nil && !isErr:
+				t.Fatalf("generated without errors; want:\n%s", wantErrs.Data)
+			case wantOut != nil && isErr:
+				t.Fatalf("unexpected errors:\n%s", got)
+			case wantErrs != nil && !bytes.Equal(got, wantErrs.Data):
+				t.Fatalf("errors differ\n--- got\n%s--- want\n%s", got, wantErrs.Data)
+			case wantOut != nil && !bytes.Equal(got, wantOut.Data):
+				t.Fatalf("output differs (run go test ./gen -update to accept)\n--- got\n%s--- want\n%s", got, wantOut.Data)
+			}
+		})
+	}
+	if t.Failed() || len(built) == 0 {
+		return
+	}
+	// Every golden output compiles and vets with its package.
+	for _, tool := range [][]string{{"build"}, {"vet"}} {
+		cmd := exec.Command("go", append(tool, built...)...)
+		cmd.Dir = mod
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("go %s of the golden outputs: %v\n%s", tool[0], err, out)
+		}
+	}
+}
