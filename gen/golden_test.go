@@ -9,58 +9,16 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"testing"
 
 	"golang.org/x/tools/txtar"
 
 	"github.com/leasegen/leasegen/gen"
+	"github.com/leasegen/leasegen/internal/gentest"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files in testdata from the current output")
-
-// repoRoot is the module root (two levels up from this file's package).
-func repoRoot(t testing.TB) string {
-	_, file, _, _ := runtime.Caller(0)
-	return filepath.Dir(filepath.Dir(file))
-}
-
-// writeModule writes a module at dir that uses this repository by replace,
-// with this repository's requirements and go.sum, so no network is needed.
-func writeModule(t testing.TB, dir string) {
-	t.Helper()
-	root := repoRoot(t)
-	own, err := os.ReadFile(filepath.Join(root, "go.mod"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var reqs []string
-	in := false
-	for _, line := range strings.Split(string(own), "\n") {
-		switch {
-		case strings.HasPrefix(line, "require ("):
-			in = true
-		case in && line == ")":
-			in = false
-		case in:
-			reqs = append(reqs, line)
-		case strings.HasPrefix(line, "require "):
-			reqs = append(reqs, "\t"+strings.TrimPrefix(line, "require "))
-		}
-	}
-	gomod := fmt.Sprintf("module example.com/golden\n\ngo 1.26\n\nrequire (\n\tgithub.com/leasegen/leasegen v0.0.0\n%s\n)\n\nreplace github.com/leasegen/leasegen => %s\n", strings.Join(reqs, "\n"), root)
-	if err := os.WriteFile(filepath.Join(dir, "go.mod"), []byte(gomod), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	sum, err := os.ReadFile(filepath.Join(root, "go.sum"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(dir, "go.sum"), sum, 0o644); err != nil {
-		t.Fatal(err)
-	}
-}
 
 // Each testdata/*.txtar holds an input package (files at the top level)
 // and either "want/lease_gen.go" (the wanted output) or "want.errors" (the
@@ -73,10 +31,9 @@ func TestGolden(t *testing.T) {
 	}
 	// The temporary module may need go.mod updates; the module cache has
 	// everything, so no network is used.
-	t.Setenv("GOFLAGS", "-mod=mod")
-	t.Setenv("GOPROXY", "off")
+	gentest.Env(t)
 	mod := t.TempDir()
-	writeModule(t, mod)
+	gentest.WriteModule(t, mod)
 	var built []string
 	for _, path := range cases {
 		name := strings.TrimSuffix(filepath.Base(path), ".txtar")

@@ -1,0 +1,145 @@
+package directive
+
+import (
+	"go/token"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestParse(t *testing.T) {
+	d, errs := Parse(100, "//lease:lock orders:{orderID} ttl=10s deadline=1m wait=2s fence busy=skip min-validity=3s hold-min=1s name=Charge client=leases")
+	if len(errs) > 0 {
+		t.Fatal(errs)
+	}
+	if d.Name != Lock || d.Key != "orders:{orderID}" || d.KeyPos != 100+13 {
+		t.Fatalf("key %q at %d", d.Key, d.KeyPos)
+	}
+	if d.TTL.V != 10*time.Second || d.Deadline.V != time.Minute || d.Wait.V != 2*time.Second || !d.Fence.Set() ||
+		d.Busy.V != "skip" || d.MinValidity.V != 3*time.Second || d.HoldMin.V != time.Second || d.WrapperName.V != "Charge" || d.Client.V != "leases" {
+		t.Fatalf("parsed %+v", d)
+	}
+	if d.TTL.Pos != 100+30 {
+		t.Fatalf("ttl at %d, want %d", d.TTL.Pos, 100+30)
+	}
+}
+
+func TestParseIgnoresProse(t *testing.T) {
+	for _, c := range []string{"// lease: held while the job runs", "//go:generate x", "// leases are fun", "//", "/* lease:lock */", "//lease"} {
+		if d, errs := Parse(1, c); d != nil || len(errs) > 0 {
+			t.Errorf("%q: got %v %v, want nothing", c, d, errs)
+		}
+	}
+}
+
+func TestParseErrors(t *testing.T) {
+	cases := map[string]string{
+		"// lease:lock k deadline=1s":   "no space allowed",
+		"//lease:lok k":                 "did you mean lock?",
+		"//lease:lock":                  "needs a key first",
+		"//lease:lock deadline=1s":      "needs a key first",
+		"//lease:lock k ttl":            "needs a duration",
+		"//lease:lock k ttl=abc":        "bad ttl",
+		"//lease:lock k ttl=-1s":        "must not be negative",
+		"//lease:lock k busy=maybe":     "want error or skip",
+		"//lease:lock k fence=yes":      "takes no value",
+		"//lease:lock k name=1x":        "a Go identifier",
+		"//lease:lock k ttl=1s ttl=2s":  "duplicate option ttl",
+		"//lease:defaults name=X":       "not allowed in //lease:defaults",
+		`//lease:lock k "unterminated`:  "malformed",
+		"//lease:lock k deadlin=1s":     "did you mean deadline?",
+		"//lease:lock k minvalidity=1s": "did you mean min-validity?",
+	}
+	for c, want := range cases {
+		_, errs := Parse(1, c)
+		if len(errs) == 0 || !strings.Contains(errs[0].Msg, want) {
+			t.Errorf("%q: errors %v, want one containing %q", c, errs, want)
+		}
+	}
+}
+
+func TestCheck(t *testing.T) {
+	parse := func(s string) *Directive {
+		d, errs := Parse(1, s)
+		if len(errs) > 0 {
+			t.Fatal(errs)
+		}
+		return d
+	}
+	d := parse("//lease:lock k deadline=1m")
+	if errs := d.Check(); len(errs) > 0 || d.TTL.V != DefaultTTL || d.MinValidity.V != DefaultTTL/2 {
+		t.Fatalf("defaults: %v %v %v", errs, d.TTL.V, d.MinValidity.V)
+	}
+	def := parse("//lease:defaults deadline=2m ttl=4s fence")
+	m := parse("//lease:lock k ttl=8s").Merge(def)
+	if errs := m.Check(); len(errs) > 0 || m.Deadline.V != 2*time.Minute || m.TTL.V != 8*time.Second || !m.Fence.Set() || m.MinValidity.V != 4*time.Second {
+		t.Fatalf("merged %+v %v", m, errs)
+	}
+	for s, want := range map[string]string{
+		"//lease:lock k":                                    "missing deadline",
+		"//lease:lock k deadline=1s wait=1s":                "wait 1s must be less than deadline",
+		"//lease:lock k deadline=1s ttl=1s min-validity=1s": "min-validity",
+		"//lease:lock k deadline=1s hold-min=2s":            "hold-min",
+		"//lease:lock k deadline=1s ttl=0s":                 "ttl must be positive",
+	} {
+		errs := parse(s).Check()
+		if len(errs) == 0 || !strings.Contains(errs[0].Msg, want) {
+			t.Errorf("%q: %v, want %q", s, errs, want)
+		}
+	}
+}
+
+func TestParseKey(t *testing.T) {
+	parts, errs := ParseKey("orders:{req.Order.ID}/{req.Key()}", 10)
+	if len(errs) > 0 || len(parts) != 4 {
+		t.Fatalf("%v %v", parts, errs)
+	}
+	if p := parts[1]; p.Pos != 17 || len(p.Path) != 3 || p.Path[2].Name != "ID" || p.Path[2].Call {
+		t.Fatalf("part 1 = %+v", p)
+	}
+	if p := parts[3]; !p.Path[1].Call || p.Path[1].Name != "Key" {
+		t.Fatalf("part 3 = %+v", p)
+	}
+	for key, want := range map[string]string{
+		"a:{x":     "without '}'",
+		"a:}x":     "without '{'",
+		"a:{}":     "want {param}",
+		"a:{f()}":  "want {param}",
+		"a:{x.1}":  "want {param}",
+		"{a}{b}":   "need a separator",
+		"{a}-{b}":  "need a separator",
+		"a:{x{y}}": "without '}'",
+		"":         "empty key",
+	} {
+		_, errs := ParseKey(key, 1)
+		if len(errs) == 0 || !strings.Contains(errs[0].Msg, want) {
+			t.Errorf("%q: %v, want %q", key, errs, want)
+		}
+	}
+}
+
+func FuzzParse(f *testing.F) {
+	for _, s := range []string{
+		"//lease:lock orders:{orderID} ttl=10s deadline=1m wait=2s fence",
+		"//lease:defaults deadline=5s",
+		"// lease:lock k",
+		`//lease:lock "a b" name=X`,
+		"//lease:lock {a}:{b.c()}",
+	} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		d, errs := Parse(token.Pos(1), s)
+		for _, e := range errs {
+			if !e.Pos.IsValid() || !strings.HasPrefix(e.Msg, "lease: ") {
+				t.Fatalf("%q: error %+v lacks a position or prefix", s, e)
+			}
+		}
+		if d != nil {
+			d.Check()
+			if d.Name == Lock {
+				ParseKey(d.Key, d.KeyPos)
+			}
+		}
+	})
+}

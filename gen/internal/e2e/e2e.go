@@ -1,0 +1,67 @@
+// Package e2e holds annotated functions whose generated wrappers (in
+// lease_gen.go) the tests call against a real redis-server.
+//
+//lease:defaults deadline=5s ttl=2s
+package e2e
+
+//go:generate go run github.com/leasegen/leasegen/cmd/leasegen
+
+import (
+	"context"
+	"sync/atomic"
+
+	"github.com/leasegen/leasegen/runtime/lease"
+)
+
+// Calls counts entries into the protected functions.
+var Calls atomic.Int64
+
+// Account has a lease client field, used by its wrappers.
+type Account struct {
+	Leases *lease.Client
+	Seen   []string // keys seen inside, for injectivity checks
+}
+
+// transfer moves money; its token and key are reported back.
+//
+//lease:lock acct:{from}:{to} fence wait=1s
+func (a *Account) transfer(ctx context.Context, from, to string, cents int64) (lease.Token, string, error) {
+	Calls.Add(1)
+	l, _ := lease.FromContext(ctx)
+	tok, _ := lease.TokenFrom(ctx)
+	a.Seen = append(a.Seen, l.Key())
+	return tok, l.Key(), nil
+}
+
+// hold keeps its lease until release is closed.
+//
+//lease:lock hold:{id}
+func (a *Account) hold(ctx context.Context, id int, entered chan<- struct{}, release <-chan struct{}) error {
+	Calls.Add(1)
+	close(entered)
+	<-release
+	return nil
+}
+
+// Req is a request whose nested fields build keys.
+type Req struct {
+	Order *Order
+}
+
+// Order is part of Req.
+type Order struct{ ID int64 }
+
+// process takes the client as a parameter (no receiver).
+//
+//lease:lock orders:{req.Order.ID} busy=skip
+func process(ctx context.Context, req *Req) (int64, error) {
+	Calls.Add(1)
+	return req.Order.ID * 2, nil
+}
+
+// Store is decorated: Put runs under a lease, Get passes through.
+type Store interface {
+	//lease:lock store:{key} fence
+	Put(ctx context.Context, key string, val string) error
+	Get(ctx context.Context, key string) (string, error)
+}

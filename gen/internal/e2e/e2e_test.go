@@ -1,0 +1,154 @@
+package e2e
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/leasegen/leasegen/runtime/lease"
+	"github.com/leasegen/leasegen/runtime/leasetest"
+)
+
+var srv *leasetest.Server
+
+func TestMain(m *testing.M) {
+	s, err := leasetest.Start()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	srv = s
+	code := m.Run()
+	s.Stop()
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintln(os.Stderr, "goroutine leak:", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
+
+func client(t *testing.T) *lease.Client {
+	t.Helper()
+	c, err := lease.New(srv.Client(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+func TestWrapperPassesResultsTokenAndKey(t *testing.T) {
+	a := &Account{Leases: client(t)}
+	t1, k1, err := a.Transfer(context.Background(), "alice", "bob", 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t2, _, err := a.Transfer(context.Background(), "alice", "bob", 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if k1 != "acct:alice:bob" || t1 == 0 || t2 <= t1 {
+		t.Fatalf("key %q tokens %d, %d; want acct:alice:bob and increasing tokens", k1, t1, t2)
+	}
+}
+
+// Values that would collide under naive concatenation give different keys.
+func TestKeysAreInjective(t *testing.T) {
+	a := &Account{Leases: client(t)}
+	_, k1, err1 := a.Transfer(context.Background(), "1:2", "3", 1)
+	_, k2, err2 := a.Transfer(context.Background(), "1", "2:3", 1)
+	if err1 != nil || err2 != nil {
+		t.Fatal(err1, err2)
+	}
+	if k1 == k2 {
+		t.Fatalf("both calls used key %q", k1)
+	}
+}
+
+func TestWrapperBusyAndSkip(t *testing.T) {
+	c := client(t)
+	a := &Account{Leases: c}
+	entered, release := make(chan struct{}), make(chan struct{})
+	done := make(chan error, 1)
+	go func() { done <- a.Hold(context.Background(), 7, entered, release) }()
+	<-entered
+	before := Calls.Load()
+	err := a.Hold(context.Background(), 7, make(chan struct{}), release)
+	if !errors.Is(err, lease.ErrBusy) || Calls.Load() != before {
+		t.Fatalf("second Hold = %v (calls %d -> %d); want ErrBusy and no call", err, before, Calls.Load())
+	}
+	close(release)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+
+	// busy=skip returns zero results and nil while another holds the key.
+	ctx := context.Background()
+	errc := make(chan error, 1)
+	held := make(chan struct{})
+	go func() {
+		errc <- c.Do(ctx, "orders:9", lease.Spec{Deadline: 5 * time.Second}, func(context.Context) error {
+			close(held)
+			time.Sleep(300 * time.Millisecond)
+			return nil
+		})
+	}()
+	<-held
+	n, err := Process(ctx, c, &Req{Order: &Order{ID: 9}})
+	if err != nil || n != 0 {
+		t.Fatalf("Process while busy = %d, %v; want 0, nil (skipped)", n, err)
+	}
+	if err := <-errc; err != nil {
+		t.Fatal(err)
+	}
+	if n, err := Process(ctx, c, &Req{Order: &Order{ID: 9}}); err != nil || n != 18 {
+		t.Fatalf("Process = %d, %v; want 18, nil", n, err)
+	}
+}
+
+func TestNilKeyPathIsBadKey(t *testing.T) {
+	c := client(t)
+	before := Calls.Load()
+	for _, r := range []*Req{nil, {}} {
+		if _, err := Process(context.Background(), c, r); !errors.Is(err, lease.ErrBadKey) {
+			t.Fatalf("Process(%v) = %v, want ErrBadKey", r, err)
+		}
+	}
+	if Calls.Load() != before {
+		t.Fatal("function called with a nil key path")
+	}
+}
+
+type mapStore struct{ m map[string]string }
+
+func (s *mapStore) Put(ctx context.Context, key, val string) error {
+	if _, ok := lease.TokenFrom(ctx); !ok {
+		return errors.New("Put called without a fenced lease")
+	}
+	s.m[key] = val
+	return nil
+}
+
+func (s *mapStore) Get(ctx context.Context, key string) (string, error) {
+	if _, ok := lease.FromContext(ctx); ok {
+		return "", errors.New("Get is not annotated but ran under a lease")
+	}
+	return s.m[key], nil
+}
+
+func TestDecorator(t *testing.T) {
+	s := NewLeasedStore(&mapStore{m: map[string]string{}}, client(t))
+	if err := s.Put(context.Background(), "k", "v"); err != nil {
+		t.Fatal(err)
+	}
+	if v, err := s.Get(context.Background(), "k"); err != nil || v != "v" {
+		t.Fatalf("Get = %q, %v", v, err)
+	}
+}

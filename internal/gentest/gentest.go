@@ -1,0 +1,62 @@
+// Package gentest helps tests build throwaway modules that use this
+// repository.
+package gentest
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+)
+
+// RepoRoot returns the root of this module.
+func RepoRoot() string {
+	_, file, _, _ := runtime.Caller(0)
+	return filepath.Join(filepath.Dir(file), "..", "..")
+}
+
+// WriteModule writes go.mod and go.sum for a module example.com/golden at
+// dir that uses this repository by replace, with this repository's
+// requirements and go.sum, so no network is needed. Callers should run go
+// with GOFLAGS=-mod=mod and GOPROXY=off (Env does).
+func WriteModule(t testing.TB, dir string) {
+	t.Helper()
+	root := RepoRoot()
+	own, err := os.ReadFile(filepath.Join(root, "go.mod"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var reqs []string
+	in := false
+	for _, line := range strings.Split(string(own), "\n") {
+		switch {
+		case strings.HasPrefix(line, "require ("):
+			in = true
+		case in && line == ")":
+			in = false
+		case in:
+			reqs = append(reqs, line)
+		case strings.HasPrefix(line, "require "):
+			reqs = append(reqs, "\t"+strings.TrimPrefix(line, "require "))
+		}
+	}
+	gomod := fmt.Sprintf("module example.com/golden\n\ngo 1.26\n\nrequire (\n\tgithub.com/leasegen/leasegen v0.0.0\n%s\n)\n\nreplace github.com/leasegen/leasegen => %s\n", strings.Join(reqs, "\n"), root)
+	if err := os.WriteFile(filepath.Join(dir, "go.mod"), []byte(gomod), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	sum, err := os.ReadFile(filepath.Join(root, "go.sum"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "go.sum"), sum, 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Env sets the environment for running go in such a module.
+func Env(t testing.TB) {
+	t.Setenv("GOFLAGS", "-mod=mod")
+	t.Setenv("GOPROXY", "off")
+}
