@@ -158,6 +158,11 @@ func TestGoToolLeasegen(t *testing.T) {
 	if b, err := tool.CombinedOutput(); err != nil {
 		t.Fatalf("go mod edit -tool: %v\n%s", err, b)
 	}
+	tidy := exec.Command("go", "mod", "tidy")
+	tidy.Dir = mod
+	if b, err := tidy.CombinedOutput(); err != nil {
+		t.Fatalf("go mod tidy: %v\n%s", err, b)
+	}
 	if b, err := exec.Command("go", "generate", ".").CombinedOutput(); err != nil {
 		t.Fatalf("go generate with go tool leasegen: %v\n%s", err, b)
 	}
