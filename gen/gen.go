@@ -59,12 +59,7 @@ func Generate(cfg Config) ([]File, error) {
 	}
 	dir, _ = filepath.Abs(dir)
 	fset := token.NewFileSet()
-	pkgs, err := packages.Load(&packages.Config{
-		Mode:       packages.NeedName | packages.NeedFiles | packages.NeedSyntax | packages.NeedTypes | packages.NeedTypesInfo,
-		Dir:        dir,
-		Fset:       fset,
-		BuildFlags: []string{"-tags=" + BuildTag},
-	}, cfg.Patterns...)
+	pkgs, err := load(dir, fset, cfg.Patterns)
 	if err != nil {
 		return nil, fmt.Errorf("leasegen: load: %w", err)
 	}
