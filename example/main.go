@@ -11,12 +11,13 @@ import (
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/leasegen/leasegen/runtime/fence"
 	"github.com/leasegen/leasegen/runtime/lease"
 	"github.com/leasegen/leasegen/runtime/leasetest"
 )
 
 func main() {
-	if err := run(context.Background(), os.Getenv("REDIS_URL")); err != nil {
+	if err := run(context.Background(), os.Getenv("REDIS_URL"), os.Getenv("DATABASE_URL")); err != nil {
 		fmt.Fprintln(os.Stderr, "example:", err)
 		os.Exit(1)
 	}
@@ -106,7 +107,7 @@ func partitionedNode(rdb *redis.Client, obs lease.Observer) (*lease.Client, func
 
 var prefix = fmt.Sprintf("example-%d:", time.Now().UnixNano())
 
-func run(ctx context.Context, url string) error {
+func run(ctx context.Context, url, dbURL string) error {
 	rdb, closeRedis, err := connect(url)
 	if err != nil {
 		return err
@@ -124,7 +125,19 @@ func run(ctx context.Context, url string) error {
 		return err
 	}
 	defer leases.Close()
-	s := &Server{leases: leases, charged: map[string]Receipt{}, ledger: NewLedger()}
+	var ledger Ledger = newMemLedger()
+	if dbURL != "" {
+		pg, err := newPGLedger(ctx, dbURL, fmt.Sprintf("leasegen_example_%d", time.Now().UnixNano()))
+		if err != nil {
+			return err
+		}
+		defer pg.Close()
+		ledger = pg
+		fmt.Println("ledger: PostgreSQL (DATABASE_URL)")
+	} else {
+		fmt.Println("ledger: in memory (set DATABASE_URL=postgres://… for PostgreSQL)")
+	}
+	s := &Server{leases: leases, charged: map[string]Receipt{}, ledger: ledger}
 
 	fmt.Println("\n1. Five workers race to charge order 42: one charges, the others wait and find it done.")
 	var wg sync.WaitGroup
@@ -145,8 +158,8 @@ func run(ctx context.Context, url string) error {
 		}()
 	}
 	wg.Wait()
-	if len(tokens) != 5 || s.ledger.values["42"] != 1999 {
-		return fmt.Errorf("order 42: %d receipts, ledger %d cents; want 5 and one charge of 1999", len(tokens), s.ledger.values["42"])
+	if charged, err := s.ledger.Value(ctx, "orders:42"); err != nil || len(tokens) != 5 || charged != 1999 {
+		return fmt.Errorf("order 42: %d receipts, ledger %d cents (%v); want 5 and one charge of 1999", len(tokens), charged, err)
 	}
 	fmt.Printf("  5 receipts, 1 charge of 1999 cents (fencing token %d)\n", tokens[0])
 
@@ -168,7 +181,7 @@ func run(ctx context.Context, url string) error {
 		return err
 	}
 	defer closeA()
-	a := &Server{leases: nodeA, charged: map[string]Receipt{}, ledger: s.ledger}
+	a := &Server{leases: nodeA, charged: map[string]Receipt{}, ledger: ledger}
 	stalled := make(chan error, 1)
 	go func() {
 		stalled <- a.UpdateStock(ctx, "sku-7", -1, func() {
@@ -183,7 +196,7 @@ func run(ctx context.Context, url string) error {
 	fmt.Println("  node B: lease granted after A's expired; write accepted")
 	err = <-stalled
 	partition(false)
-	if !errors.Is(err, ErrStale) || !errors.Is(err, lease.ErrLost) {
+	if !errors.Is(err, fence.ErrStale) || !errors.Is(err, lease.ErrLost) {
 		return fmt.Errorf("node A: got %v, want a lost lease and a rejected write", err)
 	}
 	fmt.Printf("  node A: context cancelled (lease lost); its late write was rejected:\n    %v\n", err)
@@ -197,9 +210,14 @@ func run(ctx context.Context, url string) error {
 	fmt.Printf("  returned after %v: %v\n", time.Since(start).Round(10*time.Millisecond), err)
 
 	fmt.Println("\nObserver summary:")
-	for _, k := range []lease.EventKind{lease.EventAcquired, lease.EventBusy, lease.EventAcquireUnknown, lease.EventLost, lease.EventDeadlineExceeded, lease.EventReleased} {
-		fmt.Printf("  %-18s %d\n", k, obs.get(k))
+	for _, k := range []lease.EventKind{lease.EventAcquired, lease.EventBusy, lease.EventAcquireUnknown, lease.EventLost, lease.EventDeadlineExceeded, lease.EventReleased, lease.EventStaleWriteRejected} {
+		fmt.Printf("  %-20s %d\n", k, obs.get(k))
 	}
-	fmt.Printf("  %-18s %d\n", "stale writes", s.ledger.Rejects)
+	if v, _ := s.ledger.Value(ctx, "stock:sku-7"); v != -2 {
+		return fmt.Errorf("stock:sku-7 = %d, want -2 (only node B's write)", v)
+	}
+	if obs.get(lease.EventStaleWriteRejected) != 1 {
+		return fmt.Errorf("observer saw %d stale writes, want 1", obs.get(lease.EventStaleWriteRejected))
+	}
 	return nil
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"os"
 	"testing"
 
 	"github.com/leasegen/leasegen/runtime/leasetest"
@@ -12,26 +13,25 @@ import (
 // real redis-server and against the embedded default.
 func TestExampleOnRealRedis(t *testing.T) {
 	srv := leasetest.StartRedis(t)
-	if err := run(context.Background(), "redis://"+srv.Addr()+"/0"); err != nil {
+	if err := run(context.Background(), "redis://"+srv.Addr()+"/0", ""); err != nil {
 		t.Fatal(err)
 	}
 }
 
 func TestExampleOnEmbeddedRedis(t *testing.T) {
-	if err := run(context.Background(), ""); err != nil {
+	if err := run(context.Background(), "", ""); err != nil {
 		t.Fatal(err)
 	}
 }
 
-func TestLedgerRejectsStaleTokens(t *testing.T) {
-	l := NewLedger()
-	if err := l.Write("k", 5, 1); err != nil {
+func TestExampleWithPostgresLedger(t *testing.T) {
+	srv := leasetest.StartRedis(t)
+	url := os.Getenv("LEASETEST_POSTGRES_URL")
+	if url == "" {
+		url = "postgres://postgres:postgres@127.0.0.1:5432/test?sslmode=disable"
+	}
+	if err := run(context.Background(), "redis://"+srv.Addr(), url); err != nil {
 		t.Fatal(err)
 	}
-	if err := l.Write("k", 4, 1); err == nil || l.Rejects != 1 || l.values["k"] != 1 {
-		t.Fatalf("stale write: err %v rejects %d value %d", err, l.Rejects, l.values["k"])
-	}
-	if err := l.Write("k", 6, 1); err != nil || l.values["k"] != 2 {
-		t.Fatalf("newer write: %v, value %d", err, l.values["k"])
-	}
 }
+

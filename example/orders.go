@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/leasegen/leasegen/runtime/fence"
 	"github.com/leasegen/leasegen/runtime/lease"
 )
 
@@ -28,7 +29,7 @@ type Server struct {
 
 	mu      sync.Mutex
 	charged map[string]Receipt
-	ledger  *Ledger
+	ledger  Ledger
 }
 
 // chargeOrder debits the customer once per order.
@@ -40,11 +41,14 @@ func (s *Server) chargeOrder(ctx context.Context, orderID string, cents int64) (
 	if r, ok := s.charged[orderID]; ok {
 		return r, nil // already charged by another worker
 	}
-	tok, _ := lease.TokenFrom(ctx)
-	if err := s.ledger.Write(orderID, tok, cents); err != nil {
+	st, err := fence.From(ctx)
+	if err != nil {
 		return Receipt{}, err
 	}
-	r := Receipt{OrderID: orderID, Cents: cents, Token: tok}
+	if err := s.ledger.Add(ctx, st, "orders:"+orderID, cents); err != nil {
+		return Receipt{}, err
+	}
+	r := Receipt{OrderID: orderID, Cents: cents, Token: st.Token}
 	s.charged[orderID] = r
 	return r, nil
 }
@@ -74,9 +78,14 @@ func (s *Server) slowExport(ctx context.Context, day string) error {
 //
 //lease:lock stock:{sku} ttl=500ms min-validity=200ms wait=3s fence
 func (s *Server) updateStock(ctx context.Context, sku string, delta int64, stall func()) error {
-	tok, _ := lease.TokenFrom(ctx)
+	st, err := fence.From(ctx)
+	if err != nil {
+		return err
+	}
 	if stall != nil {
 		stall() // a GC pause, a hung call: the work does not look at ctx
 	}
-	return s.ledger.Write("stock:"+sku, tok, delta)
+	// The write goes out on a context of its own, as a write already in
+	// flight would: only the resource's token check can stop it now.
+	return s.ledger.Add(context.WithoutCancel(ctx), st, "stock:"+sku, delta)
 }

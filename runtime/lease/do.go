@@ -192,12 +192,12 @@ func (a *call) sleep(ctx context.Context, w *waiter, busyUntil, waitUntil time.T
 func (a *call) busy(pttl time.Duration, budgetEnded bool) error {
 	a.observe(Event{Kind: EventBusy})
 	if budgetEnded {
-		return fmt.Errorf("lease %q: %w: waited until the budget ran out: %w", a.key, ErrBusy, context.DeadlineExceeded)
+		return fmt.Errorf("%w: key %q: waited until the budget ran out: %w", ErrBusy, a.key, context.DeadlineExceeded)
 	}
 	if pttl >= 0 {
-		return fmt.Errorf("lease %q: %w (held by another owner for %v more)", a.key, ErrBusy, pttl.Round(time.Millisecond))
+		return fmt.Errorf("%w: key %q is held by another owner for %v more", ErrBusy, a.key, pttl.Round(time.Millisecond))
 	}
-	return fmt.Errorf("lease %q: %w", a.key, ErrBusy)
+	return fmt.Errorf("%w: key %q is held by another owner", ErrBusy, a.key)
 }
 
 // waitErr reports why waiting stopped early: the caller's context, or the
@@ -208,12 +208,12 @@ func (a *call) waitErr(ctx context.Context, err error, budgetCut bool) error {
 			// The caller's deadline is this call's budget.
 			return a.busy(-1, true)
 		}
-		return fmt.Errorf("lease %q: waiting: %w", a.key, ctxErr)
+		return fmt.Errorf("lease: waiting for key %q: %w", a.key, ctxErr)
 	}
 	if err == nil || errors.Is(err, context.DeadlineExceeded) {
 		return a.busy(-1, budgetCut)
 	}
-	return fmt.Errorf("lease %q: waiting: %w", a.key, err)
+	return fmt.Errorf("lease: waiting for key %q: %w", a.key, err)
 }
 
 // acquireOnce sends one acquire. It returns the lease on a grant, the
@@ -262,15 +262,15 @@ func (a *call) acquireOnce(ctx context.Context) (*Lease, time.Duration, error) {
 	if left := time.Until(validUntil); left < a.spec.MinValidity {
 		a.observe(Event{Kind: EventLowValidity})
 		rerr := a.releaseAfterRefusal(ctx)
-		return nil, 0, fmt.Errorf("lease %q: %w: %v left, need %v%s", a.key, ErrLowValidity, left.Round(time.Millisecond), a.spec.MinValidity, rerr)
+		return nil, 0, fmt.Errorf("%w: key %q: %v left, need %v%s", ErrLowValidity, a.key, left.Round(time.Millisecond), a.spec.MinValidity, rerr)
 	}
 	if acked >= 0 && acked < a.c.replicas {
-		e := fmt.Errorf("lease %q: %w: grant acknowledged by %d of %d replicas", a.key, ErrUnknown, acked, a.c.replicas)
+		e := fmt.Errorf("%w: key %q: grant acknowledged by %d of %d replicas", ErrUnknown, a.key, acked, a.c.replicas)
 		a.observe(Event{Kind: EventUnreplicated, Err: e})
 		return nil, 0, fmt.Errorf("%w%s", e, a.releaseAfterRefusal(ctx))
 	}
 	l := &Lease{
-		c: a.c, key: a.key, token: tok, fenced: a.spec.Fence,
+		c: a.c, key: a.key, owner: a.id, token: tok, fenced: a.spec.Fence,
 		validUntil: validUntil, lost: make(chan struct{}),
 	}
 	l.parent, _ = FromContext(ctx)
@@ -334,7 +334,7 @@ func parseAcquire(vals []any) (granted bool, tok Token, pttl time.Duration, err 
 // unknown handles an acquire whose outcome is unknown: fn is not called and
 // one bounded conditional release is sent with the same identity.
 func (a *call) unknown(ctx context.Context, err error) error {
-	e := fmt.Errorf("lease %q: acquire: %w: %w", a.key, ErrUnknown, err)
+	e := fmt.Errorf("%w: acquire of key %q: %w", ErrUnknown, a.key, err)
 	a.observe(Event{Kind: EventAcquireUnknown, Err: e})
 	return fmt.Errorf("%w%s", e, a.releaseAfterRefusal(ctx))
 }
@@ -369,7 +369,7 @@ func (a *call) release(ctx context.Context, hold time.Duration) (int64, error) {
 	}
 	res, err := releaseScript.Run(rctx, a.c.rdb, []string{a.k.lock, a.k.channel}, a.id, holdMS, "PUBLISH").Int64()
 	if err != nil {
-		a.observe(Event{Kind: EventReleaseUnconfirmed, Err: fmt.Errorf("lease %q: release: %w: %w", a.key, ErrUnknown, err)})
+		a.observe(Event{Kind: EventReleaseUnconfirmed, Err: fmt.Errorf("lease: release of key %q unconfirmed: %w", a.key, err)})
 		return 0, err
 	}
 	if res >= 0 {
@@ -404,16 +404,16 @@ func (a *call) run(ctx context.Context, l *Lease, fn func(context.Context) error
 		switch {
 		case l.isLost():
 			if err != nil {
-				err = fmt.Errorf("lease %q: %w: %w", a.key, ErrLost, err)
+				err = fmt.Errorf("%w: key %q: %w", ErrLost, a.key, err)
 			} else {
-				err = fmt.Errorf("lease %q: %w: the function's effects may have run partly unprotected", a.key, ErrLost)
+				err = fmt.Errorf("%w: key %q: the function's effects may have run partly unprotected", ErrLost, a.key)
 			}
 		case deadlineHit:
 			a.observe(Event{Kind: EventDeadlineExceeded})
 			if err != nil {
-				err = fmt.Errorf("lease %q: %w (%v budget): %w", a.key, ErrDeadline, a.spec.Deadline, err)
+				err = fmt.Errorf("%w: key %q (%v budget): %w", ErrDeadline, a.key, a.spec.Deadline, err)
 			} else {
-				err = fmt.Errorf("lease %q: %w (%v budget)", a.key, ErrDeadline, a.spec.Deadline)
+				err = fmt.Errorf("%w: key %q (%v budget)", ErrDeadline, a.key, a.spec.Deadline)
 			}
 		}
 	}()
@@ -509,7 +509,7 @@ func (a *call) renew(l *Lease, k *keeper, cancelLost context.CancelCauseFunc) {
 		case err != nil && k.ctx.Err() != nil && errors.Is(err, context.Canceled):
 			return // stopped mid-renewal: fn has returned
 		case err != nil:
-			a.observe(Event{Kind: EventRenewFailed, Err: fmt.Errorf("lease %q: renew: %w: %w", a.key, ErrUnknown, err)})
+			a.observe(Event{Kind: EventRenewFailed, Err: fmt.Errorf("%w: renewal of key %q: %w", ErrUnknown, a.key, err)})
 			next = interval / 3
 		case res == 1:
 			l.mu.Lock()
@@ -519,7 +519,7 @@ func (a *call) renew(l *Lease, k *keeper, cancelLost context.CancelCauseFunc) {
 			l.mu.Unlock()
 			a.observe(Event{Kind: EventRenewed})
 		default:
-			a.observe(Event{Kind: EventRenewFailed, Err: fmt.Errorf("lease %q: renew: not the owner: %w", a.key, ErrLost)})
+			a.observe(Event{Kind: EventRenewFailed, Err: fmt.Errorf("%w: renewal of key %q refused: no longer the owner", ErrLost, a.key)})
 			a.lose(l, cancelLost)
 			return
 		}

@@ -16,6 +16,7 @@ type Token uint64
 type Lease struct {
 	c      *Client
 	key    string
+	owner  string // the grant's identity
 	token  Token
 	fenced bool
 	parent *Lease
@@ -31,6 +32,19 @@ func (l *Lease) Key() string { return l.key }
 
 // Token returns the fencing token of the grant, or 0 without fencing.
 func (l *Lease) Token() Token { return l.token }
+
+// Owner returns the identity this grant was made to: 128 random bits in
+// hex, new for every grant. Fenced resources store it beside the token so
+// that one holder may write several times under the same token while a
+// different owner presenting that token is refused.
+func (l *Lease) Owner() string { return l.owner }
+
+// ReportStaleWrite tells the lease's observer that a fenced resource
+// rejected a write made under this lease (EventStaleWriteRejected).
+// runtime/fence calls it; other resources can too.
+func (l *Lease) ReportStaleWrite(err error) {
+	l.c.obs.Observe(Event{Kind: EventStaleWriteRejected, Key: l.key, Token: l.token, Err: err})
+}
 
 // Remaining returns how long the lease is known to be valid, by this
 // process's monotonic clock (0 once it has ended).
@@ -69,13 +83,22 @@ func FromContext(ctx context.Context) (*Lease, bool) {
 // TokenFrom returns the fencing token of the innermost fenced lease in ctx.
 // It reports false when no lease in ctx was granted with fencing.
 func TokenFrom(ctx context.Context) (Token, bool) {
+	if l, ok := FencedFrom(ctx); ok {
+		return l.token, true
+	}
+	return 0, false
+}
+
+// FencedFrom returns the innermost lease in ctx that was granted with
+// fencing: the one whose token a resource should check.
+func FencedFrom(ctx context.Context) (*Lease, bool) {
 	l, _ := FromContext(ctx)
 	for ; l != nil; l = l.parent {
 		if l.fenced {
-			return l.token, true
+			return l, true
 		}
 	}
-	return 0, false
+	return nil, false
 }
 
 // held returns the lease on key that c already holds in ctx, if any.

@@ -1,0 +1,75 @@
+// Package fence makes resources reject late writes from stale lease
+// holders. A lease cannot stop a paused holder from writing after its lease
+// ended; only the resource can, by comparing the writer's fencing token with
+// the newest it has accepted, atomically with the write.
+//
+// A write carries a Stamp: the lease's token and owner identity. It is
+// accepted when its token is greater than the stored one, or equal and from
+// the same owner (one holder may write several times under one grant); it
+// is refused with ErrStale otherwise, writes nothing, and is reported to the
+// lease's observer.
+//
+// Backends: Memory (examples and tests), Table (SQL, PostgreSQL syntax, via
+// database/sql with SQL or pgx with fencepgx) and Redis (one script per
+// write, Cluster-safe: one key per record).
+package fence
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/leasegen/leasegen/runtime/lease"
+)
+
+// ErrStale is returned for a write whose stamp is older than the
+// resource's. Nothing was written.
+var ErrStale = errors.New("fence: stale fencing token")
+
+// ErrNoLease is returned by From when ctx holds no fenced lease.
+var ErrNoLease = errors.New("fence: no fenced lease in the context (use the fence option)")
+
+// Stamp identifies the grant a write is made under.
+type Stamp struct {
+	Token lease.Token
+	Owner string
+
+	lease *lease.Lease // for reporting rejections; nil for hand-made stamps
+}
+
+// From returns the stamp of the innermost fenced lease in ctx.
+func From(ctx context.Context) (Stamp, error) {
+	l, ok := lease.FencedFrom(ctx)
+	if !ok {
+		return Stamp{}, ErrNoLease
+	}
+	return Stamp{Token: l.Token(), Owner: l.Owner(), lease: l}, nil
+}
+
+// Admits reports whether a write stamped s may replace state stamped cur.
+func (s Stamp) Admits(cur Stamp) bool {
+	return s.Token > cur.Token || (s.Token == cur.Token && s.Owner == cur.Owner)
+}
+
+// stale builds the ErrStale error for a refused write and reports it.
+func (s Stamp) stale(resource string, cur Stamp) error {
+	var err error
+	if cur.Token == s.Token {
+		err = fmt.Errorf("%s: token %d was granted to another owner: %w", resource, s.Token, ErrStale)
+	} else {
+		err = fmt.Errorf("%s: token %d is older than the accepted %d: %w", resource, s.Token, cur.Token, ErrStale)
+	}
+	if s.lease != nil {
+		s.lease.ReportStaleWrite(err)
+	}
+	return err
+}
+
+func (s Stamp) check() error {
+	if s.Token == 0 {
+		return errors.New("fence: zero token: the write is not made under a fenced lease")
+	}
+	return nil
+}
+
+func tokenOf(v int64) lease.Token { return lease.Token(uint64(v)) }

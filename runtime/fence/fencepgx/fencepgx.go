@@ -1,0 +1,39 @@
+// Package fencepgx adapts pgx connections, pools and transactions to
+// fence.Execer, for fence.Table.
+package fencepgx
+
+import (
+	"context"
+	"errors"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/leasegen/leasegen/runtime/fence"
+)
+
+// DB is what *pgx.Conn, *pgxpool.Pool and pgx.Tx have in common.
+type DB interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// Wrap adapts db.
+func Wrap(db DB) fence.Execer { return execer{db} }
+
+type execer struct{ db DB }
+
+func (e execer) Exec(ctx context.Context, q string, args ...any) (int64, error) {
+	tag, err := e.db.Exec(ctx, q, args...)
+	return tag.RowsAffected(), err
+}
+
+func (e execer) QueryStamp(ctx context.Context, q string, args ...any) (int64, string, bool, error) {
+	var tok int64
+	var owner string
+	err := e.db.QueryRow(ctx, q, args...).Scan(&tok, &owner)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return 0, "", false, nil
+	}
+	return tok, owner, err == nil, err
+}

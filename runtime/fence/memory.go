@@ -1,0 +1,46 @@
+package fence
+
+import "sync"
+
+// Memory is an in-memory fenced map, for examples and tests.
+type Memory[V any] struct {
+	mu sync.Mutex
+	m  map[string]memEntry[V]
+}
+
+type memEntry[V any] struct {
+	v     V
+	stamp Stamp
+}
+
+// NewMemory returns an empty store.
+func NewMemory[V any]() *Memory[V] { return &Memory[V]{m: map[string]memEntry[V]{}} }
+
+// Set stores v at key if s admits the key's current stamp.
+func (m *Memory[V]) Set(s Stamp, key string, v V) error {
+	return m.Update(s, key, func(V, bool) V { return v })
+}
+
+// Update replaces key's value with f(old, found) if s admits the key's
+// current stamp; f runs under the store's lock.
+func (m *Memory[V]) Update(s Stamp, key string, f func(old V, found bool) V) error {
+	if err := s.check(); err != nil {
+		return err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	cur, found := m.m[key]
+	if found && !s.Admits(cur.stamp) {
+		return s.stale(key, cur.stamp)
+	}
+	m.m[key] = memEntry[V]{v: f(cur.v, found), stamp: Stamp{Token: s.Token, Owner: s.Owner}}
+	return nil
+}
+
+// Get returns key's value and the token it was written with.
+func (m *Memory[V]) Get(key string) (V, Stamp, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	e, ok := m.m[key]
+	return e.v, e.stamp, ok
+}

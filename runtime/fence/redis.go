@@ -1,0 +1,69 @@
+package fence
+
+import (
+	"context"
+	_ "embed"
+	"errors"
+	"fmt"
+	"strconv"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/leasegen/leasegen/runtime/lease"
+)
+
+//go:embed hset.lua
+var hsetSrc string
+
+var hsetScript = redis.NewScript(hsetSrc)
+
+// Field names holding the stamp inside a fenced hash.
+const (
+	TokenField = "_fence_token"
+	OwnerField = "_fence_owner"
+	valueField = "value"
+)
+
+// Redis writes fenced records kept in Redis. Each record is one hash (the
+// data fields plus TokenField and OwnerField), so a write touches one key
+// and is Cluster-safe. Tokens are compared as Lua numbers: exact below 2^53
+// (server microseconds stay below that for centuries).
+type Redis struct{ rdb redis.UniversalClient }
+
+// NewRedis returns a Redis writer on rdb.
+func NewRedis(rdb redis.UniversalClient) *Redis { return &Redis{rdb: rdb} }
+
+// HSet sets field/value pairs on the hash at key if s admits its stamp.
+func (r *Redis) HSet(ctx context.Context, s Stamp, key string, fieldValues ...string) error {
+	if err := s.check(); err != nil {
+		return err
+	}
+	if len(fieldValues)%2 != 0 {
+		return errors.New("fence: HSet needs field/value pairs")
+	}
+	args := make([]any, 0, 2+len(fieldValues))
+	args = append(args, strconv.FormatUint(uint64(s.Token), 10), s.Owner)
+	for _, fv := range fieldValues {
+		args = append(args, fv)
+	}
+	res, err := hsetScript.Run(ctx, r.rdb, []string{key}, args...).Slice()
+	if err != nil {
+		return err
+	}
+	if ok, _ := res[0].(int64); ok == 1 {
+		return nil
+	}
+	cur, _ := strconv.ParseUint(fmt.Sprint(res[1]), 10, 64)
+	owner, _ := res[2].(string)
+	return s.stale(key, Stamp{Token: lease.Token(cur), Owner: owner})
+}
+
+// Set stores value as the record at key if s admits its stamp.
+func (r *Redis) Set(ctx context.Context, s Stamp, key, value string) error {
+	return r.HSet(ctx, s, key, valueField, value)
+}
+
+// Get returns the value Set stored at key, and redis.Nil when there is none.
+func (r *Redis) Get(ctx context.Context, key string) (string, error) {
+	return r.rdb.HGet(ctx, key, valueField).Result()
+}

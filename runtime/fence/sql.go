@@ -1,0 +1,197 @@
+package fence
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"strings"
+)
+
+// Table is a SQL table whose rows carry the stamp of their last write in
+// two columns (PostgreSQL syntax):
+//
+//	fence_token bigint NOT NULL,
+//	fence_owner text   NOT NULL
+//
+// Every write compares stamps in its WHERE clause, so the check and the
+// write are one atomic statement.
+type Table struct {
+	Name  string // table name, optionally schema-qualified
+	Key   string // the key column (with a unique constraint for Upsert)
+	Token string // token column; "" means fence_token
+	Owner string // owner column; "" means fence_owner
+}
+
+// Col is one column to write.
+type Col struct {
+	Name  string
+	Value any
+}
+
+// Set is a Col.
+func Set(name string, value any) Col { return Col{name, value} }
+
+// Execer runs SQL for Table. SQL adapts database/sql; fencepgx adapts pgx.
+type Execer interface {
+	// Exec runs a statement and returns the number of rows it affected.
+	Exec(ctx context.Context, query string, args ...any) (int64, error)
+	// QueryStamp runs a query returning one (bigint, text) row; found is
+	// false when it returns none.
+	QueryStamp(ctx context.Context, query string, args ...any) (tok int64, owner string, found bool, err error)
+}
+
+// DB is what SQL needs: *sql.DB, *sql.Tx and *sql.Conn have it.
+type DB interface {
+	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+}
+
+// SQL adapts a database/sql handle.
+func SQL(db DB) Execer { return sqlExecer{db} }
+
+type sqlExecer struct{ db DB }
+
+func (e sqlExecer) Exec(ctx context.Context, q string, args ...any) (int64, error) {
+	r, err := e.db.ExecContext(ctx, q, args...)
+	if err != nil {
+		return 0, err
+	}
+	return r.RowsAffected()
+}
+
+func (e sqlExecer) QueryStamp(ctx context.Context, q string, args ...any) (int64, string, bool, error) {
+	var tok int64
+	var owner string
+	err := e.db.QueryRowContext(ctx, q, args...).Scan(&tok, &owner)
+	if errors.Is(err, sql.ErrNoRows) {
+		return 0, "", false, nil
+	}
+	return tok, owner, err == nil, err
+}
+
+// ErrNoRow is returned by Update for a key with no row.
+var ErrNoRow = errors.New("fence: no row with that key")
+
+func (t Table) cols() (token, owner string) {
+	token, owner = t.Token, t.Owner
+	if token == "" {
+		token = "fence_token"
+	}
+	if owner == "" {
+		owner = "fence_owner"
+	}
+	return quote(token), quote(owner)
+}
+
+// quote quotes an identifier, part by part for schema.table.
+func quote(id string) string {
+	parts := strings.Split(id, ".")
+	for i, p := range parts {
+		parts[i] = `"` + strings.ReplaceAll(p, `"`, `""`) + `"`
+	}
+	return strings.Join(parts, ".")
+}
+
+// admits is the stamp comparison as SQL, with the new stamp in $tok, $own.
+func admits(col, tokCol, ownCol, tok, own string) string {
+	return fmt.Sprintf("(%s%s < %s OR (%s%s = %s AND %s%s = %s))", col, tokCol, tok, col, tokCol, tok, col, ownCol, own)
+}
+
+// Update sets cols on the row with key if s admits the row's stamp:
+//
+//	UPDATE t SET c1 = $1, …, fence_token = $n, fence_owner = $n+1
+//	WHERE key = $k AND (fence_token < $n OR (fence_token = $n AND fence_owner = $n+1))
+//
+// It returns ErrStale (reported to the lease's observer) or ErrNoRow when
+// nothing was written.
+func (t Table) Update(ctx context.Context, db Execer, s Stamp, key any, cols ...Col) error {
+	if err := s.check(); err != nil {
+		return err
+	}
+	tokCol, ownCol := t.cols()
+	var set []string
+	var args []any
+	for _, c := range cols {
+		args = append(args, c.Value)
+		set = append(set, fmt.Sprintf("%s = $%d", quote(c.Name), len(args)))
+	}
+	args = append(args, int64(s.Token), s.Owner, key)
+	n := len(args)
+	tok, own := fmt.Sprintf("$%d", n-2), fmt.Sprintf("$%d", n-1)
+	set = append(set, tokCol+" = "+tok, ownCol+" = "+own)
+	q := fmt.Sprintf("UPDATE %s SET %s WHERE %s = $%d AND %s", quote(t.Name), strings.Join(set, ", "), quote(t.Key), n, admits("", tokCol, ownCol, tok, own))
+	rows, err := db.Exec(ctx, q, args...)
+	if err != nil || rows > 0 {
+		return err
+	}
+	return t.refused(ctx, db, s, key, ErrNoRow)
+}
+
+// refused explains a write that changed no row: stale, or absent (then
+// returns absent).
+func (t Table) refused(ctx context.Context, db Execer, s Stamp, key any, absent error) error {
+	tokCol, ownCol := t.cols()
+	q := fmt.Sprintf("SELECT %s, %s FROM %s WHERE %s = $1", tokCol, ownCol, quote(t.Name), quote(t.Key))
+	tok, owner, found, err := db.QueryStamp(ctx, q, key)
+	if err != nil {
+		return err
+	}
+	if !found {
+		return absent
+	}
+	return s.stale(fmt.Sprintf("%s[%v]", t.Name, key), Stamp{Token: tokenOf(tok), Owner: owner})
+}
+
+// Upsert inserts the row, or updates it if s admits its stamp:
+//
+//	INSERT INTO t (key, c1, …, fence_token, fence_owner) VALUES (…)
+//	ON CONFLICT (key) DO UPDATE SET c1 = EXCLUDED.c1, …
+//	WHERE t.fence_token < EXCLUDED.fence_token OR (… = … AND t.fence_owner = EXCLUDED.fence_owner)
+func (t Table) Upsert(ctx context.Context, db Execer, s Stamp, key any, cols ...Col) error {
+	if err := s.check(); err != nil {
+		return err
+	}
+	tokCol, ownCol := t.cols()
+	names := []string{quote(t.Key)}
+	args := []any{key}
+	var set []string
+	for _, c := range cols {
+		names = append(names, quote(c.Name))
+		args = append(args, c.Value)
+		set = append(set, fmt.Sprintf("%s = EXCLUDED.%s", quote(c.Name), quote(c.Name)))
+	}
+	names = append(names, tokCol, ownCol)
+	args = append(args, int64(s.Token), s.Owner)
+	set = append(set, tokCol+" = EXCLUDED."+tokCol, ownCol+" = EXCLUDED."+ownCol)
+	ph := make([]string, len(args))
+	for i := range ph {
+		ph[i] = fmt.Sprintf("$%d", i+1)
+	}
+	tbl := quote(t.Name)
+	q := fmt.Sprintf("INSERT INTO %s AS cur (%s) VALUES (%s) ON CONFLICT (%s) DO UPDATE SET %s WHERE %s",
+		tbl, strings.Join(names, ", "), strings.Join(ph, ", "), quote(t.Key), strings.Join(set, ", "),
+		admits("cur.", tokCol, ownCol, "EXCLUDED."+tokCol, "EXCLUDED."+ownCol))
+	rows, err := db.Exec(ctx, q, args...)
+	if err != nil || rows > 0 {
+		return err
+	}
+	return t.refused(ctx, db, s, key, nil)
+}
+
+// Delete removes the row with key if s admits its stamp; a missing row is
+// not an error. A deleted row forgets its stamp: a later Upsert with an
+// older token can recreate it. Prefer a "deleted" column written with
+// Update when that matters.
+func (t Table) Delete(ctx context.Context, db Execer, s Stamp, key any) error {
+	if err := s.check(); err != nil {
+		return err
+	}
+	tokCol, ownCol := t.cols()
+	q := fmt.Sprintf("DELETE FROM %s WHERE %s = $1 AND %s", quote(t.Name), quote(t.Key), admits("", tokCol, ownCol, "$2", "$3"))
+	rows, err := db.Exec(ctx, q, key, int64(s.Token), s.Owner)
+	if err != nil || rows > 0 {
+		return err
+	}
+	return t.refused(ctx, db, s, key, nil)
+}
