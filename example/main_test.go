@@ -34,4 +34,3 @@ func TestExampleWithPostgresLedger(t *testing.T) {
 		t.Fatal(err)
 	}
 }
-

@@ -105,7 +105,7 @@ func TestSQLWrites(t *testing.T) {
 		}
 	}
 	var bal int64
-	db.QueryRow("SELECT balance FROM "+table+" WHERE id = 'acct'").Scan(&bal)
+	db.QueryRow("SELECT balance FROM " + table + " WHERE id = 'acct'").Scan(&bal)
 	if bal != 11 {
 		t.Fatalf("balance %d: a stale write got through", bal)
 	}
