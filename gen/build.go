@@ -22,13 +22,41 @@ const leasePkg = "github.com/leasegen/leasegen/runtime/lease"
 
 // pkgGen builds the model of one package.
 type pkgGen struct {
-	pkg      *packages.Package
-	fset     *token.FileSet
-	errs     *errList
-	defaults *directive.Directive
-	consumed map[*ast.Comment]bool
-	pos      map[*templates.Wrapper]token.Pos
-	names    map[string]token.Pos // wrapper names declared by this run, per scope
+	pkg       *packages.Package
+	fset      *token.FileSet
+	errs      *errList
+	defaults  *directive.Directive
+	consumed  map[*ast.Comment]bool
+	pos       map[*templates.Wrapper]token.Pos
+	names     map[string]token.Pos // wrapper names declared by this run, per scope
+	generated map[string]bool      // files written by leasegen (skipped)
+	protected []Protected
+}
+
+func newPkgGen(p *packages.Package, fset *token.FileSet, el *errList) *pkgGen {
+	g := &pkgGen{pkg: p, fset: fset, errs: el, generated: map[string]bool{}}
+	for _, f := range p.Syntax {
+		if isGeneratedFile(f) {
+			g.generated[fset.Position(f.Pos()).Filename] = true
+		}
+	}
+	return g
+}
+
+// isGeneratedFile reports whether f was written by leasegen.
+func isGeneratedFile(f *ast.File) bool {
+	return len(f.Comments) > 0 && len(f.Comments[0].List) > 0 && f.Comments[0].List[0].Text == "// "+templates.Header
+}
+
+// files returns the package's files except leasegen's output.
+func (g *pkgGen) files() []*ast.File {
+	var fs []*ast.File
+	for _, f := range g.pkg.Syntax {
+		if !g.generated[g.fset.Position(f.Pos()).Filename] {
+			fs = append(fs, f)
+		}
+	}
+	return fs
 }
 
 func (g *pkgGen) errorf(pos token.Pos, format string, args ...any) {
@@ -55,7 +83,7 @@ func (g *pkgGen) build() *templates.File {
 	m := &templates.File{PkgPath: g.pkg.PkgPath, PkgName: g.pkg.Name}
 
 	// Package defaults live in the package doc comment.
-	for _, f := range g.pkg.Syntax {
+	for _, f := range g.files() {
 		for _, d := range g.find(f.Doc) {
 			switch {
 			case d.Name == directive.Lock:
@@ -67,7 +95,7 @@ func (g *pkgGen) build() *templates.File {
 			}
 		}
 	}
-	for _, f := range g.pkg.Syntax {
+	for _, f := range g.files() {
 		for _, decl := range f.Decls {
 			switch decl := decl.(type) {
 			case *ast.FuncDecl:
@@ -94,7 +122,7 @@ func (g *pkgGen) build() *templates.File {
 		}
 	}
 	// Any other lease directive is misplaced.
-	for _, f := range g.pkg.Syntax {
+	for _, f := range g.files() {
 		for _, cg := range f.Comments {
 			for _, c := range cg.List {
 				if g.consumed[c] {
@@ -314,6 +342,7 @@ func (g *pkgGen) funcWrapper(fd *ast.FuncDecl, raw *directive.Directive) *templa
 	w.Spec = spec(d)
 	w.KeyTemplate = d.Key
 	w.Doc = wrapperDoc(w.Name, fd.Name.Name, d)
+	g.protected = append(g.protected, Protected{Func: obj, Decl: fd, Wrapper: w.Name, Fence: d.Fence.Set(), SameParams: w.ClientParam < 0})
 	return w
 }
 
@@ -349,6 +378,9 @@ func (g *pkgGen) declare(pos token.Pos, name string, recv *types.Named) bool {
 		existing, _, _ = types.LookupFieldOrMethod(types.NewPointer(recv), true, g.pkg.Types, name)
 	} else {
 		existing = g.pkg.Types.Scope().Lookup(name)
+	}
+	if existing != nil && g.generated[g.fset.Position(existing.Pos()).Filename] {
+		existing = nil // our own earlier output (when checked without -tags leasegen)
 	}
 	if existing != nil {
 		g.errorf(pos, "wrapper name %s is already declared at %s; choose another with name=", name, g.errs.where(existing.Pos()))

@@ -100,7 +100,7 @@ func Generate(cfg Config) ([]File, error) {
 		if len(p.GoFiles) == 0 && len(p.IgnoredFiles) == 0 {
 			continue
 		}
-		g := &pkgGen{pkg: p, fset: fset, errs: el}
+		g := newPkgGen(p, fset, el)
 		m := g.build()
 		for n := range g.names {
 			allNames = append(allNames, n[strings.LastIndex(n, ".")+1:])
@@ -202,10 +202,12 @@ type errList struct {
 	dir  string
 	fset *token.FileSet
 	list scanner.ErrorList
+	raw  []Problem // the same problems with their token.Pos, for analyzers
 }
 
 func (l *errList) add(pos token.Pos, msg string) {
 	l.list = append(l.list, &scanner.Error{Pos: l.position(pos), Msg: msg})
+	l.raw = append(l.raw, Problem{Pos: pos, Msg: msg})
 }
 
 // position resolves pos with its file name relative to the working

@@ -1,0 +1,63 @@
+package gen
+
+import (
+	"go/ast"
+	"go/token"
+	"go/types"
+
+	"golang.org/x/tools/go/packages"
+
+	"github.com/leasegen/leasegen/templates"
+)
+
+// Problem is a positioned diagnostic about a directive.
+type Problem struct {
+	Pos token.Pos
+	Msg string
+}
+
+// Protected is an annotated function and its wrapper.
+type Protected struct {
+	Func    *types.Func
+	Decl    *ast.FuncDecl
+	Wrapper string // the generated wrapper's name (a method when Func is one)
+	Fence   bool   // the lease mints fencing tokens
+	// SameParams: the wrapper takes exactly Func's parameters (no added
+	// *lease.Client), so a call can be redirected by renaming.
+	SameParams bool
+}
+
+// Checked is what CheckPackage found.
+type Checked struct {
+	Problems  []Problem
+	Protected []Protected
+	// Output is the file leasegen would write, or nil when the package
+	// has no directives or has problems.
+	Output []byte
+	// Generated names the files in the package that leasegen wrote.
+	Generated []*ast.File
+}
+
+// CheckPackage runs leasegen's checks on an already type-checked package
+// (for analyzers, which get one from the driver) and renders what
+// leasegen would write. Files that leasegen generated are recognised and
+// left out of the checks.
+func CheckPackage(fset *token.FileSet, files []*ast.File, pkg *types.Package, info *types.Info) *Checked {
+	p := &packages.Package{PkgPath: pkg.Path(), Name: pkg.Name(), Syntax: files, Types: pkg, TypesInfo: info, Fset: fset}
+	el := &errList{fset: fset}
+	g := newPkgGen(p, fset, el)
+	m := g.build()
+	c := &Checked{Problems: el.raw, Protected: g.protected}
+	for _, f := range files {
+		if isGeneratedFile(f) {
+			c.Generated = append(c.Generated, f)
+		}
+	}
+	if len(el.raw) == 0 && (len(m.Wrappers) > 0 || len(m.Decorators) > 0) {
+		out, err := templates.Render(m)
+		if err == nil {
+			c.Output = out
+		}
+	}
+	return c
+}

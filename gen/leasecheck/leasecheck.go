@@ -1,0 +1,456 @@
+// Package leasecheck defines an Analyzer that checks lock discipline around
+// leasegen's //lease: directives:
+//
+//   - directive: malformed or misplaced directives, with leasegen's own
+//     messages (it runs the generator's checks);
+//   - stale: lease_gen.go missing or out of date (a suggested fix rewrites it);
+//   - bypass: a call to a protected function outside its generated wrapper
+//     (a suggested fix calls the wrapper where it takes the same arguments);
+//   - fence: a fenced lease whose function never reads its token, and
+//     TokenFrom inside a lease that has no fence;
+//   - escape: a goroutine started inside a protected function that uses its
+//     context without being waited for;
+//   - order: two protected functions that take each other's leases in
+//     opposite orders.
+package leasecheck
+
+import (
+	"bytes"
+	"fmt"
+	"go/ast"
+	"go/token"
+	"go/types"
+	"os"
+	"path/filepath"
+
+	"golang.org/x/tools/go/analysis"
+	"golang.org/x/tools/go/analysis/passes/inspect"
+	"golang.org/x/tools/go/ast/inspector"
+
+	"github.com/leasegen/leasegen/gen"
+)
+
+// Analyzer is the leasecheck analyzer.
+var Analyzer = &analysis.Analyzer{
+	Name:      "leasecheck",
+	Doc:       "check lock discipline around leasegen //lease: directives",
+	URL:       "https://pkg.go.dev/github.com/leasegen/leasegen/gen/leasecheck",
+	Requires:  []*analysis.Analyzer{inspect.Analyzer},
+	Run:       run,
+	FactTypes: []analysis.Fact{new(protectedFact), new(readsTokenFact)},
+}
+
+// protectedFact marks an exported protected function for other packages.
+type protectedFact struct{ Wrapper string }
+
+func (*protectedFact) AFact()           {}
+func (f *protectedFact) String() string { return "protected by " + f.Wrapper }
+
+// readsTokenFact marks a function that reads the fencing token from its
+// context, directly or through the functions it calls.
+type readsTokenFact struct{}
+
+func (*readsTokenFact) AFact()         {}
+func (*readsTokenFact) String() string { return "reads fencing token" }
+
+const leasePkg = "github.com/leasegen/leasegen/runtime/lease"
+const fencePkg = "github.com/leasegen/leasegen/runtime/fence"
+
+func run(pass *analysis.Pass) (any, error) {
+	chk := gen.CheckPackage(pass.Fset, pass.Files, pass.Pkg, pass.TypesInfo)
+	for _, p := range chk.Problems {
+		pass.Report(analysis.Diagnostic{Pos: p.Pos, Category: "directive", Message: p.Msg})
+	}
+	checkStale(pass, chk)
+
+	protected := map[*types.Func]gen.Protected{}
+	for _, p := range chk.Protected {
+		protected[p.Func] = p
+		if p.Func.Exported() {
+			pass.ExportObjectFact(p.Func, &protectedFact{Wrapper: p.Wrapper})
+		}
+	}
+	generated := map[*ast.File]bool{}
+	for _, f := range chk.Generated {
+		generated[f] = true
+	}
+	ins := pass.ResultOf[inspect.Analyzer].(*inspector.Inspector)
+	checkBypass(pass, ins, protected, generated)
+	markTokenReaders(pass, generated)
+	checkFence(pass, chk.Protected)
+	checkEscape(pass, chk.Protected)
+	checkOrder(pass, chk.Protected)
+	return nil, nil
+}
+
+// checkStale compares lease_gen.go with what leasegen would write now.
+func checkStale(pass *analysis.Pass, chk *gen.Checked) {
+	if len(chk.Problems) > 0 {
+		return // leasegen would refuse; the directive diagnostics say why
+	}
+	var existing *ast.File
+	for _, f := range chk.Generated {
+		existing = f
+	}
+	switch {
+	case chk.Output == nil && existing == nil:
+		return
+	case chk.Output == nil:
+		pass.Report(analysis.Diagnostic{Pos: existing.Package, Category: "stale", Message: "lease: generated file has no directives left: re-run go generate (leasegen removes it)"})
+		return
+	case existing == nil:
+		pos := chk.Protected[0].Decl.Pos()
+		if len(chk.Protected) == 0 {
+			pos = pass.Files[0].Package
+		}
+		pass.Report(analysis.Diagnostic{Pos: pos, Category: "stale", Message: "lease: no generated wrappers for this package's //lease: directives: run go generate"})
+		return
+	}
+	name := pass.Fset.File(existing.Pos()).Name()
+	content, err := pass.ReadFile(name)
+	if err != nil {
+		content, err = os.ReadFile(name)
+	}
+	if err != nil || bytes.Equal(content, chk.Output) {
+		return
+	}
+	tf := pass.Fset.File(existing.Pos())
+	pass.Report(analysis.Diagnostic{
+		Pos: existing.Package, Category: "stale",
+		Message: fmt.Sprintf("lease: %s is stale: the directives or signatures changed since it was generated; run go generate", filepath.Base(name)),
+		SuggestedFixes: []analysis.SuggestedFix{{
+			Message:   "regenerate " + filepath.Base(name),
+			TextEdits: []analysis.TextEdit{{Pos: token.Pos(tf.Base()), End: token.Pos(tf.Base() + tf.Size()), NewText: chk.Output}},
+		}},
+	})
+}
+
+// enclosingFunc returns the innermost function declaration around n.
+func enclosingFunc(stack []ast.Node) *ast.FuncDecl {
+	for i := len(stack) - 1; i >= 0; i-- {
+		if fd, ok := stack[i].(*ast.FuncDecl); ok {
+			return fd
+		}
+	}
+	return nil
+}
+
+func calleeFunc(info *types.Info, call *ast.CallExpr) (*types.Func, *ast.Ident) {
+	var id *ast.Ident
+	switch fn := ast.Unparen(call.Fun).(type) {
+	case *ast.Ident:
+		id = fn
+	case *ast.SelectorExpr:
+		id = fn.Sel
+	case *ast.IndexExpr: // generic instantiation f[T]
+		if x, ok := fn.X.(*ast.Ident); ok {
+			id = x
+		}
+	}
+	if id == nil {
+		return nil, nil
+	}
+	f, _ := info.Uses[id].(*types.Func)
+	return f, id
+}
+
+// checkBypass reports calls to protected functions outside their wrappers.
+func checkBypass(pass *analysis.Pass, ins *inspector.Inspector, protected map[*types.Func]gen.Protected, generated map[*ast.File]bool) {
+	fileOf := map[token.Pos]*ast.File{}
+	for _, f := range pass.Files {
+		fileOf[f.FileStart] = f
+	}
+	ins.WithStack([]ast.Node{(*ast.CallExpr)(nil)}, func(n ast.Node, push bool, stack []ast.Node) bool {
+		if !push {
+			return true
+		}
+		call := n.(*ast.CallExpr)
+		f, id := calleeFunc(pass.TypesInfo, call)
+		if f == nil {
+			return true
+		}
+		f = f.Origin()
+		file := stack[0].(*ast.File)
+		if generated[file] {
+			return true
+		}
+		wrapper := ""
+		same := false
+		if p, ok := protected[f]; ok {
+			wrapper, same = p.Wrapper, p.SameParams
+			// The protected function may call itself (recursion under
+			// the same lease).
+			if fd := enclosingFunc(stack); fd != nil && pass.TypesInfo.Defs[fd.Name] == f {
+				return true
+			}
+		} else {
+			var fact protectedFact
+			if !pass.ImportObjectFact(f, &fact) {
+				return true
+			}
+			wrapper = fact.Wrapper
+		}
+		d := analysis.Diagnostic{
+			Pos: id.Pos(), End: id.End(), Category: "bypass",
+			Message: fmt.Sprintf("lease: call to %s bypasses its lease: call %s instead", f.Name(), wrapper),
+		}
+		if same {
+			d.SuggestedFixes = []analysis.SuggestedFix{{
+				Message:   "call " + wrapper,
+				TextEdits: []analysis.TextEdit{{Pos: id.Pos(), End: id.End(), NewText: []byte(wrapper)}},
+			}}
+		}
+		pass.Report(d)
+		return true
+	})
+}
+
+// isTokenReader reports whether f reads a fencing token from a context.
+func isTokenReader(f *types.Func) bool {
+	if f.Pkg() == nil {
+		return false
+	}
+	switch f.Pkg().Path() + "." + f.Name() {
+	case leasePkg + ".TokenFrom", leasePkg + ".FencedFrom", fencePkg + ".From":
+		return true
+	}
+	return false
+}
+
+// markTokenReaders exports readsTokenFact for every function of the
+// package that reads the token directly or through calls, to a fixpoint.
+func markTokenReaders(pass *analysis.Pass, generated map[*ast.File]bool) {
+	type fn struct {
+		obj   *types.Func
+		calls []*types.Func
+		reads bool
+	}
+	var fns []*fn
+	for _, file := range pass.Files {
+		if generated[file] {
+			continue
+		}
+		for _, decl := range file.Decls {
+			fd, ok := decl.(*ast.FuncDecl)
+			if !ok || fd.Body == nil {
+				continue
+			}
+			obj, _ := pass.TypesInfo.Defs[fd.Name].(*types.Func)
+			if obj == nil {
+				continue
+			}
+			x := &fn{obj: obj}
+			ast.Inspect(fd.Body, func(n ast.Node) bool {
+				call, ok := n.(*ast.CallExpr)
+				if !ok {
+					return true
+				}
+				callee, _ := calleeFunc(pass.TypesInfo, call)
+				switch {
+				case callee == nil:
+					// A call through a func value or interface could read
+					// the token; assume it does if it gets a context.
+					if passesContext(pass.TypesInfo, call) {
+						x.reads = true
+					}
+				case isTokenReader(callee):
+					x.reads = true
+				default:
+					// An interface method may be implemented by a reader.
+					if recv := callee.Type().(*types.Signature).Recv(); recv != nil && types.IsInterface(recv.Type()) && passesContext(pass.TypesInfo, call) {
+						x.reads = true
+					}
+					x.calls = append(x.calls, callee.Origin())
+				}
+				return true
+			})
+			fns = append(fns, x)
+		}
+	}
+	reads := map[*types.Func]bool{}
+	for changed := true; changed; {
+		changed = false
+		for _, x := range fns {
+			if reads[x.obj] {
+				continue
+			}
+			r := x.reads
+			for _, c := range x.calls {
+				if reads[c] {
+					r = true
+				} else if c.Pkg() != pass.Pkg {
+					var fact readsTokenFact
+					r = r || pass.ImportObjectFact(c, &fact)
+				}
+			}
+			if r {
+				reads[x.obj] = true
+				changed = true
+			}
+		}
+	}
+	for obj := range reads {
+		pass.ExportObjectFact(obj, &readsTokenFact{})
+	}
+}
+
+func passesContext(info *types.Info, call *ast.CallExpr) bool {
+	for _, a := range call.Args {
+		if t := info.TypeOf(a); t != nil && isContext(t) {
+			return true
+		}
+	}
+	return false
+}
+
+func isContext(t types.Type) bool {
+	n, ok := t.(*types.Named)
+	return ok && n.Obj().Pkg() != nil && n.Obj().Pkg().Path() == "context" && n.Obj().Name() == "Context"
+}
+
+// checkFence: a fenced lease nobody reads, and TokenFrom under a lease
+// without fence.
+func checkFence(pass *analysis.Pass, ps []gen.Protected) {
+	for _, p := range ps {
+		var fact readsTokenFact
+		reads := pass.ImportObjectFact(p.Func, &fact)
+		if p.Fence && !reads {
+			pass.Report(analysis.Diagnostic{Pos: p.Decl.Name.Pos(), Category: "fence",
+				Message: fmt.Sprintf("lease: %s's lease mints fencing tokens but it never reads one (lease.TokenFrom or fence.From): the resource cannot reject stale writes", p.Func.Name())})
+		}
+		if !p.Fence && p.Decl.Body != nil {
+			ast.Inspect(p.Decl.Body, func(n ast.Node) bool {
+				call, ok := n.(*ast.CallExpr)
+				if !ok {
+					return true
+				}
+				if f, id := calleeFunc(pass.TypesInfo, call); f != nil && isTokenReader(f) && usesParam(pass.TypesInfo, call, p.Decl, 0) {
+					pass.Report(analysis.Diagnostic{Pos: id.Pos(), Category: "fence",
+						Message: fmt.Sprintf("lease: %s reads a fencing token but its lease has no fence option: add fence to the directive", p.Func.Name())})
+				}
+				return true
+			})
+		}
+	}
+}
+
+// usesParam reports whether n mentions the i'th parameter of fd.
+func usesParam(info *types.Info, n ast.Node, fd *ast.FuncDecl, i int) bool {
+	obj := paramObj(info, fd, i)
+	if obj == nil {
+		return false
+	}
+	found := false
+	ast.Inspect(n, func(n ast.Node) bool {
+		if id, ok := n.(*ast.Ident); ok && info.Uses[id] == obj {
+			found = true
+		}
+		return !found
+	})
+	return found
+}
+
+func paramObj(info *types.Info, fd *ast.FuncDecl, i int) types.Object {
+	k := 0
+	for _, f := range fd.Type.Params.List {
+		for _, name := range f.Names {
+			if k == i {
+				return info.Defs[name]
+			}
+			k++
+		}
+		if len(f.Names) == 0 {
+			k++
+		}
+	}
+	return nil
+}
+
+// checkEscape reports goroutines started inside a protected function that
+// use its context when the function waits for nothing before returning.
+func checkEscape(pass *analysis.Pass, ps []gen.Protected) {
+	for _, p := range ps {
+		if p.Decl.Body == nil {
+			continue
+		}
+		waits := false
+		ast.Inspect(p.Decl.Body, func(n ast.Node) bool {
+			if call, ok := n.(*ast.CallExpr); ok {
+				if sel, ok := call.Fun.(*ast.SelectorExpr); ok && sel.Sel.Name == "Wait" {
+					waits = true
+				}
+			}
+			return true
+		})
+		if waits {
+			continue
+		}
+		ast.Inspect(p.Decl.Body, func(n ast.Node) bool {
+			g, ok := n.(*ast.GoStmt)
+			if ok && usesParam(pass.TypesInfo, g.Call, p.Decl, 0) {
+				pass.Report(analysis.Diagnostic{Pos: g.Go, Category: "escape",
+					Message: fmt.Sprintf("lease: goroutine uses %s's lease context and may outlive the lease: wait for it before returning (sync.WaitGroup, errgroup)", p.Func.Name())})
+			}
+			return true
+		})
+	}
+}
+
+// checkOrder finds protected functions whose bodies call each other's
+// wrappers: A holding its lease takes B's, and B holding its lease takes
+// A's. Each waits for the other until its wait runs out.
+func checkOrder(pass *analysis.Pass, ps []gen.Protected) {
+	byWrapper := map[string]gen.Protected{}
+	for _, p := range ps {
+		byWrapper[wrapperKey(p.Func, p.Wrapper)] = p
+	}
+	type edge struct {
+		from, to *types.Func
+		pos      token.Pos
+	}
+	edges := map[[2]*types.Func]edge{}
+	for _, p := range ps {
+		if p.Decl.Body == nil {
+			continue
+		}
+		ast.Inspect(p.Decl.Body, func(n ast.Node) bool {
+			call, ok := n.(*ast.CallExpr)
+			if !ok {
+				return true
+			}
+			f, id := calleeFunc(pass.TypesInfo, call)
+			if f == nil {
+				return true
+			}
+			if q, ok := byWrapper[wrapperKey(f, f.Name())]; ok && q.Func != p.Func {
+				k := [2]*types.Func{p.Func, q.Func}
+				if _, seen := edges[k]; !seen {
+					edges[k] = edge{p.Func, q.Func, id.Pos()}
+				}
+			}
+			return true
+		})
+	}
+	for k, e := range edges {
+		back, ok := edges[[2]*types.Func{k[1], k[0]}]
+		if !ok {
+			continue
+		}
+		pass.Report(analysis.Diagnostic{Pos: e.pos, Category: "order",
+			Message: fmt.Sprintf("lease: lock-order inversion: %s takes %s's lease while holding its own, and %s does the opposite (at %s): take them in one order", e.from.Name(), e.to.Name(), e.to.Name(), pass.Fset.Position(back.pos))})
+	}
+}
+
+// wrapperKey names a wrapper by receiver type and name, so that methods
+// of different types do not collide.
+func wrapperKey(f *types.Func, name string) string {
+	sig := f.Type().(*types.Signature)
+	if r := sig.Recv(); r != nil {
+		t := r.Type()
+		if p, ok := t.(*types.Pointer); ok {
+			t = p.Elem()
+		}
+		return types.TypeString(t, nil) + "." + name
+	}
+	return name
+}
