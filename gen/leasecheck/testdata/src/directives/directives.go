@@ -6,10 +6,14 @@ import "context"
 func a(ctx context.Context) error { return nil }
 
 /* want `unknown option "tll" \(did you mean ttl\?\)` */ //lease:lock k:{id} tll=1s deadline=5s
-func b(ctx context.Context, id string) error { return nil }
+func b(ctx context.Context, id string) error {
+	return nil
+}
 
 /* want `key part \{orderId\}: no parameter orderId \(did you mean orderID\?\)` */ //lease:lock k:{orderId} deadline=5s
-func c(ctx context.Context, orderID string) error { return nil }
+func c(ctx context.Context, orderID string) error {
+	return nil
+}
 
 /* want `//lease:lock on a declaration` */ //lease:lock k deadline=5s
 var x = 1

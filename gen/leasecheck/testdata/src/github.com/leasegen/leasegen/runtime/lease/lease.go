@@ -32,7 +32,7 @@ type Lease struct{}
 
 var ErrBadKey = errors.New("bad key")
 
-func KeyPart(s string) string                            { return s }
-func TokenFrom(ctx context.Context) (Token, bool)        { return 0, false }
-func FencedFrom(ctx context.Context) (*Lease, bool)      { return nil, false }
-func FromContext(ctx context.Context) (*Lease, bool)     { return nil, false }
+func KeyPart(s string) string                        { return s }
+func TokenFrom(ctx context.Context) (Token, bool)    { return 0, false }
+func FencedFrom(ctx context.Context) (*Lease, bool)  { return nil, false }
+func FromContext(ctx context.Context) (*Lease, bool) { return nil, false }
