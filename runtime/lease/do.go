@@ -99,9 +99,12 @@ func ms(d time.Duration) int64 { return max(int64(d/time.Millisecond), 1) }
 // budget.
 func (a *call) acquire(ctx context.Context) (*Lease, error) {
 	a.id = newID()
+	// Waiting stops in time for the work to get MinValidity of the budget
+	// (and the release its reserve): a lease entered later would be cut by
+	// the deadline before it is worth having. The first attempt always runs.
 	waitUntil := a.start.Add(a.spec.Wait)
 	budgetCut := false
-	if lim := a.end.Add(-a.reserve); !waitUntil.Before(lim) {
+	if lim := a.end.Add(-a.reserve - a.spec.MinValidity); !waitUntil.Before(lim) {
 		waitUntil, budgetCut = lim, true
 	}
 	hub := a.c.hub

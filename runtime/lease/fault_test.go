@@ -58,6 +58,7 @@ func TestLostAcquireReplyIsRetriedIntoOwnGrant(t *testing.T) {
 	if rec.count(lease.EventBusy) != 0 || rec.count(lease.EventAcquireUnknown) != 0 {
 		t.Fatalf("events %+v", rec.events)
 	}
+	table(t, "acquire reply lost, go-redis retries", "the replay answers our own grant, never busy", 1, 0)
 }
 
 // With retries disabled the same fault is an unknown outcome: not entered,
@@ -81,6 +82,7 @@ func TestLostAcquireReplyWithoutRetryIsUnknown(t *testing.T) {
 	if rec.count(lease.EventAcquireUnknown) != 1 {
 		t.Fatal("unknown acquire not observed")
 	}
+	table(t, "acquire reply lost, no retries", "unknown, not entered, orphan released", 1, 0)
 }
 
 // Redis stops answering: Do returns by its deadline even though the go-redis
@@ -117,6 +119,7 @@ func TestDeadlineHonouredWhenRepliesBlackholed(t *testing.T) {
 	if pttl, _ := direct.PTTL(context.Background(), lockKey(key)).Result(); pttl > 5*time.Second {
 		t.Fatalf("orphan PTTL %v beyond the TTL", pttl)
 	}
+	table(t, "acquire reply blackholed (ReadTimeout 10s, ContextTimeoutEnabled off)", "returns by deadline + ε; unknown; release unconfirmed reported", 1, 0)
 }
 
 // A grant that arrives after valid-until − MinValidity is known but not
@@ -150,6 +153,7 @@ func TestLateGrantIsLowValidity(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+	table(t, "late grant (replies delayed 0.8×TTL)", "ErrLowValidity, not entered, released", 1, 0)
 }
 
 // Redis pauses while the work runs: renewals get no reply, and the work is
@@ -181,6 +185,7 @@ func TestPausedRedisCancelsWorkAtValidityEnd(t *testing.T) {
 	if rec.count(lease.EventRenewFailed) == 0 {
 		t.Fatal("failed renewals not observed")
 	}
+	table(t, "renewals fail while working (redis-server SIGSTOP)", "work cancelled by last confirmed validity", 1, 0)
 }
 
 // A server restart without persistence loses the counter and the scripts;
@@ -214,6 +219,7 @@ func TestTokensIncreaseAcrossRestart(t *testing.T) {
 	if after := token(); after <= before {
 		t.Fatalf("token after restart %d not above %d", after, before)
 	}
+	table(t, "redis-server kill -9 and restart without persistence", "tokens still increase; scripts reloaded", 1, 0)
 }
 
 func TestScriptFlushIsRecovered(t *testing.T) {
@@ -227,6 +233,21 @@ func TestScriptFlushIsRecovered(t *testing.T) {
 			t.Fatalf("Do %d after SCRIPT FLUSH: %v", i, err)
 		}
 	}
+	// Mid-run: the scripts vanish while a lease is held; renewals and the
+	// release reload them and the lease is never lost.
+	err := c.Do(context.Background(), uniqueKey(t), spec(300*time.Millisecond, 5*time.Second), func(ctx context.Context) error {
+		rdb.ScriptFlush(ctx)
+		select {
+		case <-time.After(500 * time.Millisecond): // renewals at 100ms intervals
+			return nil
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		}
+	})
+	if err != nil {
+		t.Fatalf("SCRIPT FLUSH while held: %v", err)
+	}
+	table(t, "SCRIPT FLUSH between calls and while a lease is held", "scripts reloaded (NOSCRIPT fallback); lease kept", 4, 0)
 }
 
 func TestReplicasRequired(t *testing.T) {

@@ -21,6 +21,9 @@ import (
 var shared *leasetest.Server
 
 func TestMain(m *testing.M) {
+	if os.Getenv("LEASE_HELPER_HOLDER") != "" {
+		helperHolder() // a subprocess of TestFault04PausedHolder
+	}
 	s, err := leasetest.Start()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)

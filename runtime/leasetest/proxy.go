@@ -31,13 +31,14 @@ type Proxy struct {
 	ln     net.Listener
 	target string
 
-	mu     sync.Mutex
-	fault  Fault
-	delay  time.Duration
-	conns  map[net.Conn]struct{}
-	closed bool
-	wg     sync.WaitGroup
-	cut    int // replies cut so far
+	mu       sync.Mutex
+	fault    Fault
+	delay    time.Duration
+	conns    map[net.Conn]struct{}
+	closed   bool
+	wg       sync.WaitGroup
+	cut      int // replies cut so far
+	accepted int // connections accepted so far
 }
 
 // StartProxy starts a proxy to target and closes it when the test ends.
@@ -87,6 +88,14 @@ func (p *Proxy) Cut() int {
 	return p.cut
 }
 
+// Accepted returns how many client connections the proxy has accepted: a
+// client that drops a timed-out connection and dials again shows up here.
+func (p *Proxy) Accepted() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.accepted
+}
+
 // CloseConns closes every open connection (both sides), as a network reset.
 func (p *Proxy) CloseConns() {
 	p.mu.Lock()
@@ -131,6 +140,9 @@ func (p *Proxy) accept() {
 		if err != nil {
 			return
 		}
+		p.mu.Lock()
+		p.accepted++
+		p.mu.Unlock()
 		server, err := net.DialTimeout("tcp", p.target, time.Second)
 		if err != nil {
 			client.Close()
