@@ -1,0 +1,264 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"sort"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/leasegen/leasegen/gen"
+	"github.com/leasegen/leasegen/runtime/lease"
+)
+
+// 1. Uncontended acquire+release.
+func uncontended(rdb *redis.Client, libs []locker) error {
+	type acc struct {
+		lat     []time.Duration
+		mallocs uint64
+		cmds    int64
+		trips   int64
+		n       int
+	}
+	res := make([]acc, len(libs))
+	ctx := context.Background()
+	var ms runtime.MemStats
+	for r := 0; r < *rounds; r++ {
+		for i, l := range libs {
+			key := fmt.Sprintf("u:%d", i)
+			c0 := commands(rdb)
+			t0 := sent.n.Load()
+			runtime.ReadMemStats(&ms)
+			m0 := ms.Mallocs
+			for range *cycles {
+				t := time.Now()
+				if err := l.with(ctx, key, 10*time.Second, 0, func() {}); err != nil {
+					return fmt.Errorf("%s: %w", l.name(), err)
+				}
+				res[i].lat = append(res[i].lat, time.Since(t))
+			}
+			runtime.ReadMemStats(&ms)
+			res[i].mallocs += ms.Mallocs - m0
+			res[i].trips += sent.n.Load() - t0
+			res[i].cmds += commands(rdb) - c0 - 1
+			res[i].n += *cycles
+		}
+	}
+	floor := percentile(res[0].lat, 0.5)
+	fmt.Printf("## 1. Uncontended acquire + release\n\n%d rounds × %d cycles per library, interleaved.\n\n", *rounds, *cycles)
+	fmt.Println("| library | p50 | p99 | p50 / raw | allocs/op | round trips/cycle | server calls/cycle |")
+	fmt.Println("|---|---|---|---|---|---|---|")
+	for i, l := range libs {
+		p50 := percentile(res[i].lat, 0.5)
+		fmt.Printf("| %s | %s | %s | %.2f× | %d | %.2f | %.2f |\n", l.name(), us(p50), us(percentile(res[i].lat, 0.99)),
+			float64(p50)/float64(floor), res[i].mallocs/uint64(res[i].n), float64(res[i].trips)/float64(res[i].n), float64(res[i].cmds)/float64(res[i].n))
+	}
+	fmt.Println()
+	return nil
+}
+
+type grant struct {
+	worker          int
+	asked, got, rel time.Time
+}
+
+// 2. Contended: workers × loops on one key, each holding for hold.
+func contended(rdb *redis.Client, libs []locker) error {
+	fmt.Printf("## 2. Contended: %d workers × %d loops × %v hold on one key\n\n", *workers, *loops, *hold)
+	fmt.Println("| library | wall | locks/s | handoffs to another worker | handoff gap p50 | p99 | max wait | round trips/lock | waiting |")
+	fmt.Println("|---|---|---|---|---|---|---|---|---|")
+	gaps := map[string][]time.Duration{}
+	var order []string
+	for i, l := range libs {
+		if _, ok := l.(leasegenWrapper); ok {
+			continue // same runtime path as lease.Do (fence)
+		}
+		key := fmt.Sprintf("c:%d", i)
+		var mu sync.Mutex
+		var gs []grant
+		t0 := sent.n.Load()
+		start := time.Now()
+		var wg sync.WaitGroup
+		var firstErr error
+		for w := range *workers {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for range *loops {
+					g := grant{worker: w, asked: time.Now()}
+					err := l.with(context.Background(), key, 10*time.Second, 30*time.Second, func() {
+						g.got = time.Now()
+						time.Sleep(*hold)
+						g.rel = time.Now()
+					})
+					mu.Lock()
+					if err != nil && firstErr == nil {
+						firstErr = fmt.Errorf("%s: %w", l.name(), err)
+					}
+					gs = append(gs, g)
+					mu.Unlock()
+				}
+			}()
+		}
+		wg.Wait()
+		wall := time.Since(start)
+		if firstErr != nil {
+			return firstErr
+		}
+		cmds := sent.n.Load() - t0
+		sort.Slice(gs, func(a, b int) bool { return gs[a].got.Before(gs[b].got) })
+		changed := 0
+		var gap, waits []time.Duration
+		for k, g := range gs {
+			waits = append(waits, g.got.Sub(g.asked))
+			if k == 0 {
+				continue
+			}
+			if g.worker != gs[k-1].worker {
+				changed++
+			}
+			gap = append(gap, g.got.Sub(gs[k-1].rel))
+		}
+		gaps[l.name()] = gap
+		order = append(order, l.name())
+		n := len(gs)
+		fmt.Printf("| %s | %v | %.0f | %.0f%% | %s | %s | %v | %.2f | %s |\n", l.name(), wall.Round(time.Millisecond), float64(n)/wall.Seconds(),
+			100*float64(changed)/float64(n-1), us(percentile(gap, 0.5)), us(percentile(gap, 0.99)), percentile(waits, 1).Round(time.Millisecond),
+			float64(cmds)/float64(n), l.config())
+	}
+	fmt.Println()
+	if *svgOut != "" {
+		if err := os.WriteFile(*svgOut, gapSVG(order, gaps), 0o644); err != nil {
+			return err
+		}
+		fmt.Printf("Handoff-gap distribution: [%s](%s).\n\n", *svgOut, *svgOut)
+	}
+	return nil
+}
+
+// 3. Many held leases: renewal cost.
+func manyLeases(rdb *redis.Client, lc *lease.Client) error {
+	const ttl = 3 * time.Second
+	n := *many
+	release := make(chan struct{})
+	var held sync.WaitGroup
+	var done sync.WaitGroup
+	held.Add(n)
+	errs := make(chan error, n)
+	for i := range n {
+		done.Add(1)
+		go func() {
+			defer done.Done()
+			err := lc.Do(context.Background(), fmt.Sprintf("m:%d", i), lease.Spec{TTL: ttl, Deadline: time.Minute}, func(ctx context.Context) error {
+				held.Done()
+				select {
+				case <-release:
+					return nil
+				case <-ctx.Done():
+					return context.Cause(ctx)
+				}
+			})
+			if err != nil {
+				errs <- err
+			}
+		}()
+	}
+	held.Wait()
+	t0 := sent.n.Load()
+	c0 := commands(rdb)
+	cpu0 := cpuTime()
+	periods := 3
+	wall := time.Duration(periods) * ttl / 3 * 3
+	time.Sleep(wall)
+	cpu := cpuTime() - cpu0
+	cmds := commands(rdb) - c0 - 1
+	trips := sent.n.Load() - t0
+	close(release)
+	done.Wait()
+	close(errs)
+	for err := range errs {
+		return fmt.Errorf("many leases: %w", err)
+	}
+	renewals := float64(n) * float64(wall) / float64(ttl/3)
+	fmt.Printf("## 3. %d leases held on one Client for %v (%d renewal periods of ttl/3 = %v)\n\n", n, wall, int(wall/(ttl/3)), ttl/3)
+	fmt.Println("| renewals due | round trips | round trips per renewal | server calls | process CPU | share of one core |")
+	fmt.Println("|---|---|---|---|---|---|")
+	fmt.Printf("| %.0f | %d | %.3f | %d | %v | %.1f%% |\n\n", renewals, trips, float64(trips)/renewals, cmds, cpu.Round(time.Millisecond), 100*float64(cpu)/float64(wall))
+	return nil
+}
+
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// 4. The generator against go vet on the same synthetic package.
+func generator(repo string, n int) error {
+	root, err := filepath.Abs(repo)
+	if err != nil {
+		return err
+	}
+	dir, err := os.MkdirTemp("", "leasebench-gen-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	mod, _ := os.ReadFile(filepath.Join(root, "go.mod"))
+	reqs := requireLines(string(mod))
+	os.WriteFile(filepath.Join(dir, "go.mod"), []byte(fmt.Sprintf("module example.com/big\n\ngo 1.26\n\nrequire (\n\tgithub.com/leasegen/leasegen v0.0.0\n%s\n)\n\nreplace github.com/leasegen/leasegen => %s\n", reqs, root)), 0o644)
+	sum, _ := os.ReadFile(filepath.Join(root, "go.sum"))
+	os.WriteFile(filepath.Join(dir, "go.sum"), sum, 0o644)
+	var src strings.Builder
+	src.WriteString("package big\n\nimport (\n\t\"context\"\n\n\t\"github.com/leasegen/leasegen/runtime/lease\"\n)\n\ntype S struct{ c *lease.Client }\n\ntype Req struct{ ID int64; Name *string }\n\n")
+	for i := range n {
+		fmt.Fprintf(&src, "//lease:lock k%d:{id}:{req.ID} ttl=10s deadline=1m wait=2s fence\nfunc (s *S) f%d(ctx context.Context, id string, req *Req) (int, error) { return %d, nil }\n\n", i, i, i)
+	}
+	os.WriteFile(filepath.Join(dir, "big.go"), []byte(src.String()), 0o644)
+	os.Setenv("GOFLAGS", "-mod=mod")
+	var genT, vetT []time.Duration
+	for i := range 6 { // alternate, changing the source so nothing is cached
+		os.WriteFile(filepath.Join(dir, "touch.go"), []byte(fmt.Sprintf("package big\n\n// %d\n", i)), 0o644)
+		t := time.Now()
+		if _, err := gen.Generate(gen.Config{Dir: dir}); err != nil {
+			return err
+		}
+		genT = append(genT, time.Since(t))
+		os.WriteFile(filepath.Join(dir, "touch.go"), []byte(fmt.Sprintf("package big\n\n// v%d\n", i)), 0o644)
+		cmd := exec.Command("go", "vet", ".")
+		cmd.Dir = dir
+		t = time.Now()
+		if out, err := cmd.CombinedOutput(); err != nil {
+			return fmt.Errorf("go vet: %v\n%s", err, out)
+		}
+		vetT = append(vetT, time.Since(t))
+	}
+	g, v := percentile(genT[1:], 0.5), percentile(vetT[1:], 0.5)
+	fmt.Printf("## 4. Generator on %d annotated methods\n\n| tool | median wall time | ratio to go vet |\n|---|---|---|\n", n)
+	fmt.Printf("| leasegen (in-process gen.Generate) | %v | %.2f× |\n| go vet | %v | 1.00× |\n\n", g.Round(time.Millisecond), float64(g)/float64(v), v.Round(time.Millisecond))
+	return nil
+}
+
+func requireLines(mod string) string {
+	var out []string
+	in := false
+	for _, l := range strings.Split(mod, "\n") {
+		switch {
+		case strings.HasPrefix(l, "require ("):
+			in = true
+		case in && l == ")":
+			in = false
+		case in:
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
+}
