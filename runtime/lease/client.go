@@ -25,6 +25,7 @@ type Client struct {
 	counterTTL     time.Duration
 
 	hub    *waitHub
+	renew  *renewer
 	closed atomic.Bool
 }
 
@@ -151,6 +152,7 @@ func New(rdb redis.UniversalClient, opts ...Option) (*Client, error) {
 		return nil, fmt.Errorf("lease: unsupported client %T: need a *redis.Client or *redis.ClusterClient (the runtime must know that context deadlines reach socket reads)", rdb)
 	}
 	c.hub = newWaitHub(c.rdb)
+	c.renew = newRenewer(c)
 	return c, nil
 }
 
@@ -160,6 +162,7 @@ func (c *Client) Close() error {
 	if c == nil || !c.closed.CompareAndSwap(false, true) {
 		return nil
 	}
+	c.renew.close()
 	err := c.hub.close()
 	if c.derived != nil {
 		err = errors.Join(err, c.derived.Close())

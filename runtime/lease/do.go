@@ -435,21 +435,18 @@ func (a *call) lose(l *Lease, cancel context.CancelCauseFunc) {
 	})
 }
 
-// keeper renews the lease and cancels fn's context when it ends.
+// keeper watches one lease while fn runs: the validity timer cancels fn's
+// context at valid-until, whatever renewal is doing, so loss cancels fn at
+// once rather than at the next renewal; the Client's renewer extends it.
 type keeper struct {
-	ctx    context.Context // cancelled by stop
-	cancel context.CancelFunc
-	done   chan struct{}
+	r      *renewal
 	mu     sync.Mutex
 	halted bool
 	expiry *time.Timer
 }
 
 func (a *call) keep(l *Lease, cancelLost context.CancelCauseFunc) *keeper {
-	k := &keeper{done: make(chan struct{})}
-	k.ctx, k.cancel = context.WithCancel(context.Background())
-	// The validity timer fires at valid-until, whatever renewal is doing,
-	// so loss cancels fn at once rather than at the next renewal.
+	k := &keeper{}
 	k.expiry = time.AfterFunc(time.Until(l.validUntil), func() {
 		k.mu.Lock()
 		defer k.mu.Unlock()
@@ -465,67 +462,16 @@ func (a *call) keep(l *Lease, cancelLost context.CancelCauseFunc) *keeper {
 		}
 		a.lose(l, cancelLost)
 	})
-	go a.renew(l, k, cancelLost)
+	interval := a.spec.TTL / 3
+	k.r = &renewal{a: a, l: l, cancel: cancelLost, interval: interval, next: a.sent.Add(interval), index: -1}
+	a.c.renew.add(k.r)
 	return k
 }
 
 func (k *keeper) stop() {
-	k.cancel()
-	<-k.done
+	k.r.a.c.renew.remove(k.r)
 	k.mu.Lock()
 	k.halted = true
 	k.expiry.Stop()
 	k.mu.Unlock()
-}
-
-// renew extends the lease every TTL/3 with a compare-identity PEXPIRE until
-// stopped or the total deadline passes. A confirmed renewal sent at t moves
-// valid-until to t+TTL-drift; an unknown one changes nothing and is retried
-// sooner; "not the owner" means lost.
-func (a *call) renew(l *Lease, k *keeper, cancelLost context.CancelCauseFunc) {
-	defer close(k.done)
-	ttl := a.spec.TTL
-	interval := ttl / 3
-	t := time.NewTimer(time.Until(a.sent.Add(interval)))
-	defer t.Stop()
-	for {
-		select {
-		case <-k.ctx.Done():
-			return
-		case <-t.C:
-		}
-		sent := time.Now()
-		if !sent.Before(a.end) || l.isLost() {
-			return
-		}
-		l.mu.Lock()
-		dl := l.validUntil
-		l.mu.Unlock()
-		if a.end.Before(dl) {
-			dl = a.end
-		}
-		rctx, cancel := context.WithDeadline(k.ctx, dl)
-		res, err := renewScript.Run(rctx, a.c.rdb, []string{a.k.lock}, a.id, ms(ttl)).Int64()
-		cancel()
-		next := interval
-		switch {
-		case err != nil && k.ctx.Err() != nil && errors.Is(err, context.Canceled):
-			return // stopped mid-renewal: fn has returned
-		case err != nil:
-			a.observe(Event{Kind: EventRenewFailed, Err: fmt.Errorf("%w: renewal of key %q: %w", ErrUnknown, a.key, err)})
-			next = interval / 3
-		case res == 1:
-			l.mu.Lock()
-			if v := sent.Add(ttl - drift(ttl)); v.After(l.validUntil) {
-				l.validUntil = v
-			}
-			l.mu.Unlock()
-			a.observe(Event{Kind: EventRenewed})
-		default:
-			a.observe(Event{Kind: EventRenewFailed, Err: fmt.Errorf("%w: renewal of key %q refused: no longer the owner", ErrLost, a.key)})
-			a.lose(l, cancelLost)
-			return
-		}
-		t.Reset(time.Until(sent.Add(next)))
-	}
 }
