@@ -183,23 +183,12 @@ func TestPgxAdapter(t *testing.T) {
 	}
 }
 
-type events struct {
-	mu   sync.Mutex
-	seen []lease.Event
-}
-
-func (e *events) Observe(ev lease.Event) {
-	e.mu.Lock()
-	e.seen = append(e.seen, ev)
-	e.mu.Unlock()
-}
-
 // Through real leases: stamps come from the context, a stale holder's write
 // to Redis is refused and reported to the observer.
 func TestRedisWithLeases(t *testing.T) {
 	srv := leasetest.StartRedis(t)
 	rdb := srv.Client(t)
-	obs := &events{}
+	obs := &leasetest.Recorder{}
 	c, err := lease.New(rdb, lease.WithObserver(obs))
 	if err != nil {
 		t.Fatal(err)
@@ -244,7 +233,7 @@ func TestRedisWithLeases(t *testing.T) {
 		t.Fatalf("value %q, want v2", v)
 	}
 	n := 0
-	for _, e := range obs.seen {
+	for _, e := range obs.Events() {
 		if e.Kind == lease.EventStaleWriteRejected && e.Token == old.Token {
 			n++
 		}

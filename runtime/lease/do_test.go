@@ -37,8 +37,8 @@ func TestDoRunsFnWithLeaseAndReleases(t *testing.T) {
 	if n, _ := rdb.Exists(context.Background(), lockKey(key)).Result(); n != 0 {
 		t.Fatalf("lock key still present after Do")
 	}
-	if rec.count(lease.EventAcquired) != 1 || rec.count(lease.EventReleased) != 1 || rec.count(lease.EventDone) != 1 {
-		t.Fatalf("events %+v", rec.events)
+	if rec.Count(lease.EventAcquired) != 1 || rec.Count(lease.EventReleased) != 1 || rec.Count(lease.EventDone) != 1 {
+		t.Fatalf("events %+v", rec.Events())
 	}
 }
 
@@ -65,8 +65,8 @@ func TestBusyIsKnownAndNotUnknown(t *testing.T) {
 	if called {
 		t.Fatal("fn called on a busy lease")
 	}
-	if rec.count(lease.EventBusy) != 1 {
-		t.Fatalf("busy events = %d, want 1", rec.count(lease.EventBusy))
+	if rec.Count(lease.EventBusy) != 1 {
+		t.Fatalf("busy events = %d, want 1", rec.Count(lease.EventBusy))
 	}
 
 	s := spec(5*time.Second, 10*time.Second)
@@ -195,7 +195,7 @@ func TestRenewalKeepsLeaseWhileWorking(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Do: %v", err)
 	}
-	if n := rec.count(lease.EventRenewed); n < 2 {
+	if n := rec.Count(lease.EventRenewed); n < 2 {
 		t.Fatalf("renewed %d times in 1s with a 300ms TTL; want >= 2", n)
 	}
 }
@@ -231,8 +231,8 @@ func TestLossCancelsWorkAndIsReported(t *testing.T) {
 	if v, _ := rdb.Get(context.Background(), lockKey(key)).Result(); v != "other-owner:0" {
 		t.Fatalf("the other owner's lease was touched by our release: %q", v)
 	}
-	if rec.count(lease.EventLost) != 1 || rec.count(lease.EventRenewFailed) != 1 {
-		t.Fatalf("lost=%d renew_failed=%d, want 1 and 1", rec.count(lease.EventLost), rec.count(lease.EventRenewFailed))
+	if rec.Count(lease.EventLost) != 1 || rec.Count(lease.EventRenewFailed) != 1 {
+		t.Fatalf("lost=%d renew_failed=%d, want 1 and 1", rec.Count(lease.EventLost), rec.Count(lease.EventRenewFailed))
 	}
 }
 
@@ -255,7 +255,7 @@ func TestTotalDeadlineCancelsWork(t *testing.T) {
 	if el > 300*time.Millisecond+150*time.Millisecond {
 		t.Fatalf("Do returned after %v; budget 300ms", el)
 	}
-	if rec.count(lease.EventDeadlineExceeded) != 1 {
+	if rec.Count(lease.EventDeadlineExceeded) != 1 {
 		t.Fatal("deadline not observed")
 	}
 }
@@ -307,7 +307,7 @@ func TestReentrantSameKeySameLease(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n := rec.count(lease.EventAcquired); n != 2 {
+	if n := rec.Count(lease.EventAcquired); n != 2 {
 		t.Fatalf("acquired %d times, want 2 (outer + different key)", n)
 	}
 }

@@ -15,7 +15,7 @@ import (
 
 // proxied returns a lease client whose connections go through a fault proxy
 // to a fresh server, plus a direct client to inspect the server.
-func proxied(t *testing.T, adjust func(*redis.Options), opts ...lease.Option) (*lease.Client, *recorder, *leasetest.Proxy, *redis.Client, *leasetest.Server) {
+func proxied(t *testing.T, adjust func(*redis.Options), opts ...lease.Option) (*lease.Client, *leasetest.Recorder, *leasetest.Proxy, *redis.Client, *leasetest.Server) {
 	t.Helper()
 	srv := leasetest.StartRedis(t)
 	p := leasetest.StartProxy(t, srv.Addr())
@@ -55,8 +55,8 @@ func TestLostAcquireReplyIsRetriedIntoOwnGrant(t *testing.T) {
 	if p.Cut() != 1 {
 		t.Fatalf("proxy cut %d replies, want 1", p.Cut())
 	}
-	if rec.count(lease.EventBusy) != 0 || rec.count(lease.EventAcquireUnknown) != 0 {
-		t.Fatalf("events %+v", rec.events)
+	if rec.Count(lease.EventBusy) != 0 || rec.Count(lease.EventAcquireUnknown) != 0 {
+		t.Fatalf("events %+v", rec.Events())
 	}
 	table(t, "acquire reply lost, go-redis retries", "the replay answers our own grant, never busy", 1, 0)
 }
@@ -79,7 +79,7 @@ func TestLostAcquireReplyWithoutRetryIsUnknown(t *testing.T) {
 	if n, _ := direct.Exists(context.Background(), lockKey(key)).Result(); n != 0 {
 		t.Fatal("orphaned grant not released")
 	}
-	if rec.count(lease.EventAcquireUnknown) != 1 {
+	if rec.Count(lease.EventAcquireUnknown) != 1 {
 		t.Fatal("unknown acquire not observed")
 	}
 	table(t, "acquire reply lost, no retries", "unknown, not entered, orphan released", 1, 0)
@@ -112,7 +112,7 @@ func TestDeadlineHonouredWhenRepliesBlackholed(t *testing.T) {
 	if el > budget+150*time.Millisecond {
 		t.Fatalf("Do returned after %v, budget %v", el, budget)
 	}
-	if rec.count(lease.EventReleaseUnconfirmed) != 1 {
+	if rec.Count(lease.EventReleaseUnconfirmed) != 1 {
 		t.Fatal("unconfirmed release not observed")
 	}
 	// The orphan, if the script ran, ends by its TTL: never later.
@@ -138,7 +138,7 @@ func TestLateGrantIsLowValidity(t *testing.T) {
 	})
 	mustIs(t, err, lease.ErrLowValidity)
 	mustNotIs(t, err, lease.ErrUnknown)
-	if rec.count(lease.EventLowValidity) != 1 {
+	if rec.Count(lease.EventLowValidity) != 1 {
 		t.Fatal("low validity not observed")
 	}
 	// The release ran (its reply is also delayed, but it reached the server).
@@ -182,7 +182,7 @@ func TestPausedRedisCancelsWorkAtValidityEnd(t *testing.T) {
 	if lostAfter > ttl {
 		t.Fatalf("work cancelled %v after entry; the lease could not be valid past %v", lostAfter, ttl)
 	}
-	if rec.count(lease.EventRenewFailed) == 0 {
+	if rec.Count(lease.EventRenewFailed) == 0 {
 		t.Fatal("failed renewals not observed")
 	}
 	table(t, "renewals fail while working (redis-server SIGSTOP)", "work cancelled by last confirmed validity", 1, 0)
@@ -278,7 +278,7 @@ func TestReplicasRequired(t *testing.T) {
 		return nil
 	})
 	mustIs(t, err, lease.ErrUnknown)
-	if rec.count(lease.EventUnreplicated) != 1 {
+	if rec.Count(lease.EventUnreplicated) != 1 {
 		t.Fatal("unreplicated grant not observed")
 	}
 	if n, _ := rdbM.Exists(context.Background(), lockKey("repl")).Result(); n != 0 {

@@ -164,9 +164,9 @@ func TestFault06LateApplication(t *testing.T) {
 			t.Logf("trial %d: orphan outlived its TTL", i)
 		}
 	}
-	if rec.count(lease.EventAcquireUnknown) != trials || rec.count(lease.EventReleaseUnconfirmed) != trials {
+	if rec.Count(lease.EventAcquireUnknown) != trials || rec.Count(lease.EventReleaseUnconfirmed) != trials {
 		violations++
-		t.Logf("observed unknown=%d unconfirmed=%d", rec.count(lease.EventAcquireUnknown), rec.count(lease.EventReleaseUnconfirmed))
+		t.Logf("observed unknown=%d unconfirmed=%d", rec.Count(lease.EventAcquireUnknown), rec.Count(lease.EventReleaseUnconfirmed))
 	}
 	table(t, "acquire applied late (Redis stopped, then resumed)", "no work entered; orphan gone within TTL; counted", trials, violations)
 }
@@ -186,7 +186,7 @@ func TestFault07ReleaseReplyLost(t *testing.T) {
 			p.Set(leasetest.CutNextReply) // the next reply is the release's
 			return nil
 		})
-		unconfirmed := rec.count(lease.EventReleaseUnconfirmed)
+		unconfirmed := rec.Count(lease.EventReleaseUnconfirmed)
 		if err != nil || (retries < 0) != (unconfirmed == 1) {
 			violations++
 			t.Logf("retries %d: err %v unconfirmed %d", retries, err, unconfirmed)
@@ -275,7 +275,7 @@ func TestFault09Failover(t *testing.T) {
 	}
 	link.Set(leasetest.Blackhole)
 	strict, rec := newClient(t, master.Client(t), lease.WithReplicas(1, 200*time.Millisecond))
-	if _, err := token(strict, "fo-strict"); !errors.Is(err, lease.ErrUnknown) || rec.count(lease.EventUnreplicated) != 1 {
+	if _, err := token(strict, "fo-strict"); !errors.Is(err, lease.ErrUnknown) || rec.Count(lease.EventUnreplicated) != 1 {
 		violations++
 		t.Logf("WithReplicas during a stalled link: %v", err)
 	}
@@ -422,7 +422,7 @@ func TestFault15Soak(t *testing.T) {
 	const holders = 4
 	var clients []*lease.Client
 	var proxies []*leasetest.Proxy
-	recs := make([]*recorder, holders)
+	recs := make([]*leasetest.Recorder, holders)
 	for i := range holders {
 		p := leasetest.StartProxy(t, srv.Addr())
 		rdb := redis.NewClient(&redis.Options{Addr: p.Addr()})
@@ -532,10 +532,10 @@ func TestFault15Soak(t *testing.T) {
 		sum.stale += tl.stale
 		sum.other += tl.other
 		r := recs[h]
-		if r.count(lease.EventAcquired) != tl.entered || r.count(lease.EventLost) < tl.lost || r.count(lease.EventBusy) != tl.busy {
+		if r.Count(lease.EventAcquired) != tl.entered || r.Count(lease.EventLost) < tl.lost || r.Count(lease.EventBusy) != tl.busy {
 			violations.Add(1)
 			t.Logf("holder %d: observer acquired=%d lost=%d busy=%d, calls entered=%d lost=%d busy=%d",
-				h, r.count(lease.EventAcquired), r.count(lease.EventLost), r.count(lease.EventBusy), tl.entered, tl.lost, tl.busy)
+				h, r.Count(lease.EventAcquired), r.Count(lease.EventLost), r.Count(lease.EventBusy), tl.entered, tl.lost, tl.busy)
 		}
 	}
 	t.Logf("soak %v, %d faults: %+v", *soak, faults.Load(), sum)

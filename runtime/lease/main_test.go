@@ -5,13 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
-	"go.uber.org/goleak"
 
 	"github.com/leasegen/leasegen/runtime/lease"
 	"github.com/leasegen/leasegen/runtime/leasetest"
@@ -24,51 +22,13 @@ func TestMain(m *testing.M) {
 	if os.Getenv("LEASE_HELPER_HOLDER") != "" {
 		helperHolder() // a subprocess of TestFault04PausedHolder
 	}
-	s, err := leasetest.Start()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	shared = s
-	code := m.Run()
-	s.Stop()
-	if code == 0 {
-		if err := goleak.Find(); err != nil {
-			fmt.Fprintln(os.Stderr, "goroutine leak:", err)
-			code = 1
-		}
-	}
-	os.Exit(code)
-}
-
-// recorder is an Observer that counts events by kind.
-type recorder struct {
-	mu     sync.Mutex
-	events []lease.Event
-}
-
-func (r *recorder) Observe(e lease.Event) {
-	r.mu.Lock()
-	r.events = append(r.events, e)
-	r.mu.Unlock()
-}
-
-func (r *recorder) count(k lease.EventKind) int {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	n := 0
-	for _, e := range r.events {
-		if e.Kind == k {
-			n++
-		}
-	}
-	return n
+	os.Exit(leasetest.RunTests(m, &shared))
 }
 
 // newClient returns a lease client on rdb with a recorder, closed at the end.
-func newClient(t *testing.T, rdb redis.UniversalClient, opts ...lease.Option) (*lease.Client, *recorder) {
+func newClient(t *testing.T, rdb redis.UniversalClient, opts ...lease.Option) (*lease.Client, *leasetest.Recorder) {
 	t.Helper()
-	rec := &recorder{}
+	rec := &leasetest.Recorder{}
 	c, err := lease.New(rdb, append([]lease.Option{lease.WithObserver(rec)}, opts...)...)
 	if err != nil {
 		t.Fatalf("lease.New: %v", err)
@@ -77,7 +37,7 @@ func newClient(t *testing.T, rdb redis.UniversalClient, opts ...lease.Option) (*
 	return c, rec
 }
 
-func sharedClient(t *testing.T, opts ...lease.Option) (*lease.Client, *recorder) {
+func sharedClient(t *testing.T, opts ...lease.Option) (*lease.Client, *leasetest.Recorder) {
 	t.Helper()
 	return newClient(t, shared.Client(t), opts...)
 }

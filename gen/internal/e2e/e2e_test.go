@@ -3,12 +3,9 @@ package e2e
 import (
 	"context"
 	"errors"
-	"fmt"
 	"os"
 	"testing"
 	"time"
-
-	"go.uber.org/goleak"
 
 	"github.com/leasegen/leasegen/runtime/lease"
 	"github.com/leasegen/leasegen/runtime/leasetest"
@@ -16,23 +13,7 @@ import (
 
 var srv *leasetest.Server
 
-func TestMain(m *testing.M) {
-	s, err := leasetest.Start()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	srv = s
-	code := m.Run()
-	s.Stop()
-	if code == 0 {
-		if err := goleak.Find(); err != nil {
-			fmt.Fprintln(os.Stderr, "goroutine leak:", err)
-			code = 1
-		}
-	}
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { os.Exit(leasetest.RunTests(m, &srv)) }
 
 func client(t *testing.T) *lease.Client {
 	t.Helper()

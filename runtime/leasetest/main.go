@@ -1,0 +1,69 @@
+package leasetest
+
+import (
+	"fmt"
+	"os"
+	"sync"
+	"testing"
+
+	"go.uber.org/goleak"
+
+	"github.com/leasegen/leasegen/runtime/lease"
+)
+
+// RunTests starts one redis-server for a test binary, runs its tests, stops
+// the server and, when the tests passed, fails the run if goroutines leaked
+// (go.uber.org/goleak). Use it from TestMain:
+//
+//	var srv *leasetest.Server
+//	func TestMain(m *testing.M) { os.Exit(leasetest.RunTests(m, &srv)) }
+func RunTests(m *testing.M, srv **Server) int {
+	s, err := Start()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "leasetest:", err)
+		return 1
+	}
+	*srv = s
+	code := m.Run()
+	s.Stop()
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintln(os.Stderr, "leasetest: goroutine leak:", err)
+			return 1
+		}
+	}
+	return code
+}
+
+// Recorder is a lease.Observer that keeps every event, for assertions.
+type Recorder struct {
+	mu     sync.Mutex
+	events []lease.Event
+}
+
+// Observe records e.
+func (r *Recorder) Observe(e lease.Event) {
+	r.mu.Lock()
+	r.events = append(r.events, e)
+	r.mu.Unlock()
+}
+
+// Events returns a copy of the events so far.
+func (r *Recorder) Events() []lease.Event {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]lease.Event(nil), r.events...)
+}
+
+// Count returns how many events of kind k were recorded.
+func (r *Recorder) Count(k lease.EventKind) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n := 0
+	for _, e := range r.events {
+		if e.Kind == k {
+			n++
+		}
+	}
+	return n
+}
