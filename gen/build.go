@@ -5,7 +5,6 @@ import (
 	"go/ast"
 	"go/token"
 	"go/types"
-	"sort"
 	"strconv"
 	"strings"
 	"unicode"
@@ -311,9 +310,7 @@ func (g *pkgGen) funcWrapper(fd *ast.FuncDecl, raw *directive.Directive) *templa
 	switch {
 	case recvNamed != nil:
 		w.Call = jen.Id(w.RecvName).Dot(fd.Name.Name)
-		recvT := typeCode(recvNamed)
 		if recvPtr {
-			recvT = jen.Op("*").Add(typeCode(recvNamed))
 			w.Tie = jen.Parens(jen.Op("*").Add(typeCode(recvNamed))).Dot(fd.Name.Name)
 		} else {
 			w.Tie = jen.Add(typeCode(recvNamed)).Dot(fd.Name.Name)
@@ -321,7 +318,6 @@ func (g *pkgGen) funcWrapper(fd *ast.FuncDecl, raw *directive.Directive) *templa
 		w.TieType = jen.Func().Add(signatureCode(types.NewSignatureType(nil, nil, nil,
 			types.NewTuple(append([]*types.Var{types.NewParam(0, nil, "", recvType(recvNamed, recvPtr))}, tupleVars(sig.Params())...)...),
 			sig.Results(), sig.Variadic())))
-		_ = recvT
 	case len(w.TypeParams) > 0:
 		var targs []jen.Code
 		for _, tp := range w.TypeParams {
@@ -340,7 +336,6 @@ func (g *pkgGen) funcWrapper(fd *ast.FuncDecl, raw *directive.Directive) *templa
 	}
 	g.locals(w, n)
 	w.Spec = spec(d)
-	w.KeyTemplate = d.Key
 	w.Doc = wrapperDoc(w.Name, fd.Name.Name, d)
 	g.protected = append(g.protected, Protected{Func: obj, Decl: fd, Wrapper: w.Name, Fence: d.Fence.Set(), SameParams: w.ClientParam < 0})
 	return w
@@ -564,5 +559,3 @@ func collectPkgNames(sig *types.Signature, n *namer) {
 		walk(sig.Results().At(i).Type())
 	}
 }
-
-var _ = sort.Strings

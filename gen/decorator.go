@@ -107,7 +107,6 @@ func (g *pkgGen) decorator(ts *ast.TypeSpec, it *ast.InterfaceType) *templates.D
 		w.Key = key
 		g.locals(w, n)
 		w.Spec = spec(md)
-		w.KeyTemplate = md.Key
 		w.Doc = wrapperDoc(m.Name(), "next."+m.Name(), md)
 		dec.Methods = append(dec.Methods, w)
 	}

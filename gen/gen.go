@@ -6,10 +6,8 @@ package gen
 import (
 	"bytes"
 	"fmt"
-	"go/ast"
 	"go/scanner"
 	"go/token"
-	"go/types"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -261,6 +259,3 @@ func sortByPos(fset *token.FileSet, ws []*templates.Wrapper, pos map[*templates.
 		return a.Offset < b.Offset
 	})
 }
-
-var _ = types.Universe
-var _ ast.Node

@@ -5,7 +5,6 @@ import (
 	"go/types"
 	"maps"
 	"slices"
-	"strings"
 
 	"github.com/dave/jennifer/jen"
 
@@ -203,5 +202,3 @@ func fieldsAndMethods(t types.Type, pkg *types.Package) []string {
 	}
 	return out
 }
-
-var _ = strings.Join

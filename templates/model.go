@@ -12,11 +12,8 @@ import (
 // File is one generated file: every wrapper and decorator of a package.
 type File struct {
 	PkgPath, PkgName string
-	// Aliases renames imports whose default names the package's own
-	// identifiers would shadow (import path -> alias).
-	Aliases    map[string]string
-	Wrappers   []*Wrapper   // templates "func" and "method"
-	Decorators []*Decorator // template "decorator"
+	Wrappers         []*Wrapper   // templates "func" and "method"
+	Decorators       []*Decorator // template "decorator"
 }
 
 // Param is one parameter of a wrapper. For a variadic last parameter Type is
@@ -68,11 +65,10 @@ type Wrapper struct {
 	ClientParam int
 	Results     []jen.Code // result types; the last is error
 
-	KeyTemplate string
-	Key         []KeyPart
-	Spec        Spec
-	Client      jen.Code // expression of the *lease.Client
-	Call        jen.Code // the function value to call, e.g. s.chargeOrder
+	Key    []KeyPart
+	Spec   Spec
+	Client jen.Code // expression of the *lease.Client
+	Call   jen.Code // the function value to call, e.g. s.chargeOrder
 	// Tie, when set, is a function-typed expression asserting the wrapped
 	// signature, so stale output fails to compile.
 	Tie     jen.Code

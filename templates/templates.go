@@ -52,10 +52,8 @@ func Render(m *File) ([]byte, error) {
 	f.HeaderComment("// Regenerate with go generate (leasegen); see the //lease: directives.")
 	f.HeaderComment("")
 	f.HeaderComment("//go:build !leasegen")
+	// Parameters never shadow imports: gen renames them (see its namer).
 	f.ImportName(leasePkg, "lease")
-	for path, alias := range m.Aliases {
-		f.ImportAlias(path, alias)
-	}
 	for _, w := range m.Wrappers {
 		e, err := Lookup(w.Template)
 		if err != nil {

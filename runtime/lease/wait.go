@@ -144,14 +144,6 @@ func (h *waitHub) ahead(channel string) (bool, time.Time) {
 	return true, wq.busyUntil
 }
 
-// isHead reports whether w is first in its queue.
-func (h *waitHub) isHead(w *waiter) bool {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	wq := h.queues[w.channel]
-	return wq != nil && len(wq.q) > 0 && wq.q[0] == w
-}
-
 // sawBusy records when the current holder's lease ends.
 func (h *waitHub) sawBusy(channel string, until time.Time) {
 	h.mu.Lock()
