@@ -185,8 +185,11 @@ func (h *waitHub) leave(w *waiter) {
 	}
 	delete(h.queues, w.channel)
 	if h.ps != nil && !h.closed {
-		// Bounded: a write to the subscription connection.
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		// Under the lock, so that a new join cannot be undone by this
+		// unsubscribe; bounded tightly because other waiters wait for the
+		// lock. If it fails, the channel merely stays subscribed (its
+		// messages find no queue and are dropped).
+		ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 		_ = h.ps.Unsubscribe(ctx, w.channel)
 		cancel()
 	}
