@@ -34,6 +34,7 @@ type Server struct {
 	cmd    *exec.Cmd
 	exited chan struct{} // closed when cmd has exited
 	log    string
+	dir    string // the server's own working directory (cluster nodes.conf)
 }
 
 // StartRedis starts a redis-server without persistence on a free loopback
@@ -69,6 +70,7 @@ func Start(args ...string) (*Server, error) {
 		if lastErr = s.start(); lastErr == nil {
 			return s, nil
 		}
+		os.RemoveAll(s.dir)
 	}
 	return nil, lastErr
 }
@@ -83,10 +85,17 @@ func freePort() (int, error) {
 }
 
 func (s *Server) start() error {
+	if s.dir == "" {
+		dir, err := os.MkdirTemp("", "leasetest-redis-")
+		if err != nil {
+			return err
+		}
+		s.dir = dir
+	}
 	args := append([]string{
 		"--port", strconv.Itoa(s.port), "--bind", "127.0.0.1",
 		"--save", "", "--appendonly", "no", "--daemonize", "no",
-		"--protected-mode", "no", "--dir", os.TempDir(),
+		"--protected-mode", "no", "--dir", s.dir,
 	}, s.args...)
 	out, err := os.CreateTemp("", "leasetest-redis-*.log")
 	if err != nil {
@@ -193,10 +202,13 @@ func (s *Server) Restart() error {
 	return err
 }
 
-// Stop kills the server and removes its log.
+// Stop kills the server and removes its log and directory.
 func (s *Server) Stop() {
 	s.Kill()
 	s.cleanLog()
+	if s.dir != "" {
+		os.RemoveAll(s.dir)
+	}
 }
 
 func (s *Server) cleanLog() {
