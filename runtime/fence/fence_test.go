@@ -245,3 +245,26 @@ func TestRedisWithLeases(t *testing.T) {
 		t.Fatalf("From without a lease = %v", err)
 	}
 }
+
+// On a Redis Cluster each record is one key, so each fenced write is one
+// script on one slot, whichever shard owns it.
+func TestRedisOnCluster(t *testing.T) {
+	cl := leasetest.StartCluster(t, 3)
+	store := fence.NewRedis(cl.Client(t))
+	ctx := context.Background()
+	for i := range 9 { // keys on every shard
+		key := fmt.Sprintf("rec:%d", i)
+		if err := store.HSet(ctx, stamp(20, "a"), key, "qty", "1", "note", "x"); err != nil {
+			t.Fatalf("%s: %v", key, err)
+		}
+		if err := store.Set(ctx, stamp(19, "b"), key, "stale"); !errors.Is(err, fence.ErrStale) {
+			t.Fatalf("%s: stale write = %v", key, err)
+		}
+		if err := store.Set(ctx, stamp(21, "b"), key, "new"); err != nil {
+			t.Fatalf("%s: newer write: %v", key, err)
+		}
+		if v, _ := store.Get(ctx, key); v != "new" {
+			t.Fatalf("%s = %q", key, v)
+		}
+	}
+}
