@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -44,9 +45,13 @@ type renewal struct {
 	l        *Lease
 	cancel   context.CancelCauseFunc
 	interval time.Duration
-	next     time.Time
-	index    int  // in the queue; -1 when not queued
-	stopped  bool // Do has returned: results are ignored
+	next     time.Time // guarded by the renewer's mu while queued
+	index    int       // in the queue; -1 when not queued (renewer's mu)
+
+	// mu orders applying a renewal's result against Do finishing: remove
+	// takes it, so Do cannot return while a loss is being applied.
+	mu      sync.Mutex
+	stopped atomic.Bool // Do has returned: results are ignored
 }
 
 func newRenewer(c *Client) *renewer {
@@ -77,8 +82,10 @@ func (rn *renewer) add(r *renewal) {
 // it compares identities, so it can extend only this lease (a released one
 // is gone), and its result is ignored.
 func (rn *renewer) remove(r *renewal) {
+	r.mu.Lock()
+	r.stopped.Store(true)
+	r.mu.Unlock()
 	rn.mu.Lock()
-	r.stopped = true
 	if r.index >= 0 {
 		heap.Remove(&rn.q, r.index)
 	}
@@ -161,15 +168,16 @@ func (rn *renewer) renew(batch []*renewal) {
 	stop()
 	cancel()
 
-	var lost []*renewal
-	rn.mu.Lock()
+	var requeue []*renewal
 	for i, r := range batch {
 		if err != nil {
 			// Reported even when fn has just returned: the renewal was
 			// sent while the lease was in use.
 			r.a.observe(Event{Kind: EventRenewFailed, Err: fmt.Errorf("%w: renewal of key %q: %w", ErrUnknown, r.a.key, err)})
 		}
-		if r.stopped {
+		r.mu.Lock()
+		if r.stopped.Load() {
+			r.mu.Unlock()
 			continue
 		}
 		ttl := r.a.spec.TTL
@@ -185,18 +193,23 @@ func (rn *renewer) renew(batch []*renewal) {
 			r.a.observe(Event{Kind: EventRenewed})
 			r.next = sent.Add(r.interval)
 		default:
-			lost = append(lost, r)
+			r.a.observe(Event{Kind: EventRenewFailed, Err: fmt.Errorf("%w: renewal of key %q refused: no longer the owner", ErrLost, r.a.key)})
+			r.a.lose(r.l, r.cancel)
+			r.mu.Unlock()
 			continue
 		}
+		r.mu.Unlock()
 		if r.next.Before(r.a.end) {
+			requeue = append(requeue, r)
+		}
+	}
+	rn.mu.Lock()
+	for _, r := range requeue {
+		if !r.stopped.Load() {
 			heap.Push(&rn.q, r)
 		}
 	}
 	rn.mu.Unlock()
-	for _, r := range lost {
-		r.a.observe(Event{Kind: EventRenewFailed, Err: fmt.Errorf("%w: renewal of key %q refused: no longer the owner", ErrLost, r.a.key)})
-		r.a.lose(r.l, r.cancel)
-	}
 }
 
 // send renews the batch: renew-many scripts on a standalone server, a
