@@ -104,6 +104,7 @@ func TestDeadlineHonouredWhenRepliesBlackholed(t *testing.T) {
 		return nil
 	})
 	el := time.Since(start)
+	t.Logf("returned %v after start (budget %v)", el.Round(time.Millisecond), budget)
 	mustIs(t, err, lease.ErrUnknown)
 	mustNotIs(t, err, lease.ErrBusy)
 	if !strings.Contains(err.Error(), "release unconfirmed") {
