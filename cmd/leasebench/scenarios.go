@@ -16,6 +16,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/leasegen/leasegen/gen"
+	"github.com/leasegen/leasegen/internal/gentest"
 	"github.com/leasegen/leasegen/runtime/lease"
 )
 
@@ -208,11 +209,9 @@ func generator(repo string, n int) error {
 		return err
 	}
 	defer os.RemoveAll(dir)
-	mod, _ := os.ReadFile(filepath.Join(root, "go.mod"))
-	reqs := requireLines(string(mod))
-	os.WriteFile(filepath.Join(dir, "go.mod"), []byte(fmt.Sprintf("module example.com/big\n\ngo 1.26\n\nrequire (\n\tgithub.com/leasegen/leasegen v0.0.0\n%s\n)\n\nreplace github.com/leasegen/leasegen => %s\n", reqs, root)), 0o644)
-	sum, _ := os.ReadFile(filepath.Join(root, "go.sum"))
-	os.WriteFile(filepath.Join(dir, "go.sum"), sum, 0o644)
+	if err := gentest.Module(root, "example.com/big", dir); err != nil {
+		return err
+	}
 	var src strings.Builder
 	src.WriteString("package big\n\nimport (\n\t\"context\"\n\n\t\"github.com/leasegen/leasegen/runtime/lease\"\n)\n\ntype S struct{ c *lease.Client }\n\ntype Req struct{ ID int64; Name *string }\n\n")
 	for i := range n {
@@ -241,20 +240,4 @@ func generator(repo string, n int) error {
 	fmt.Printf("## 4. Generator on %d annotated methods\n\n| tool | median wall time | ratio to go vet |\n|---|---|---|\n", n)
 	fmt.Printf("| leasegen (in-process gen.Generate) | %v | %.2f× |\n| go vet | %v | 1.00× |\n\n", g.Round(time.Millisecond), float64(g)/float64(v), v.Round(time.Millisecond))
 	return nil
-}
-
-func requireLines(mod string) string {
-	var out []string
-	in := false
-	for _, l := range strings.Split(mod, "\n") {
-		switch {
-		case strings.HasPrefix(l, "require ("):
-			in = true
-		case in && l == ")":
-			in = false
-		case in:
-			out = append(out, l)
-		}
-	}
-	return strings.Join(out, "\n")
 }

@@ -23,10 +23,18 @@ func RepoRoot() string {
 // with GOFLAGS=-mod=mod and GOPROXY=off (Env does).
 func WriteModule(t testing.TB, dir string) {
 	t.Helper()
-	root := RepoRoot()
+	if err := Module(RepoRoot(), "example.com/golden", dir); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Module writes go.mod and go.sum at dir for a module named path that
+// uses the leasegen repository at root by replace, with the repository's
+// requirements and go.sum.
+func Module(root, path, dir string) error {
 	own, err := os.ReadFile(filepath.Join(root, "go.mod"))
 	if err != nil {
-		t.Fatal(err)
+		return err
 	}
 	var reqs []string
 	in := false
@@ -42,17 +50,15 @@ func WriteModule(t testing.TB, dir string) {
 			reqs = append(reqs, "\t"+strings.TrimPrefix(line, "require "))
 		}
 	}
-	gomod := fmt.Sprintf("module example.com/golden\n\ngo 1.26\n\nrequire (\n\tgithub.com/leasegen/leasegen v0.0.0\n%s\n)\n\nreplace github.com/leasegen/leasegen => %s\n", strings.Join(reqs, "\n"), root)
+	gomod := fmt.Sprintf("module %s\n\ngo 1.26\n\nrequire (\n\tgithub.com/leasegen/leasegen v0.0.0\n%s\n)\n\nreplace github.com/leasegen/leasegen => %s\n", path, strings.Join(reqs, "\n"), root)
 	if err := os.WriteFile(filepath.Join(dir, "go.mod"), []byte(gomod), 0o644); err != nil {
-		t.Fatal(err)
+		return err
 	}
 	sum, err := os.ReadFile(filepath.Join(root, "go.sum"))
 	if err != nil {
-		t.Fatal(err)
+		return err
 	}
-	if err := os.WriteFile(filepath.Join(dir, "go.sum"), sum, 0o644); err != nil {
-		t.Fatal(err)
-	}
+	return os.WriteFile(filepath.Join(dir, "go.sum"), sum, 0o644)
 }
 
 // Env sets the environment for running go in such a module.

@@ -253,21 +253,9 @@ func TestScriptFlushIsRecovered(t *testing.T) {
 
 func TestReplicasRequired(t *testing.T) {
 	master := leasetest.StartRedis(t)
-	replica := leasetest.StartRedis(t, "--replicaof", "127.0.0.1", itoa(master.Port()))
+	leasetest.StartRedis(t, "--replicaof", "127.0.0.1", itoa(master.Port()))
 	rdbM := master.Client(t)
-	// Wait for the replica to attach.
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		info, _ := rdbM.Info(context.Background(), "replication").Result()
-		if strings.Contains(info, "connected_slaves:1") && strings.Contains(info, "state=online") {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("replica did not attach: %s", info)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	_ = replica
+	waitReplica(t, rdbM)
 
 	one, _ := newClient(t, rdbM, lease.WithReplicas(1, 500*time.Millisecond))
 	if err := one.Do(context.Background(), "repl", spec(5*time.Second, 10*time.Second), func(context.Context) error { return nil }); err != nil {
