@@ -48,7 +48,7 @@ func (c *Client) Do(ctx context.Context, key string, spec Spec, fn func(ctx cont
 		// carries it and is cancelled when it is lost.
 		return fn(ctx)
 	}
-	a := &call{c: c, key: key, spec: spec, start: time.Now(), k: redisKeys(c.prefix, key)}
+	a := &call{c: c, ctx: ctx, key: key, spec: spec, start: time.Now(), k: redisKeys(c.prefix, key)}
 	a.end = a.start.Add(spec.Deadline)
 	if d, ok := ctx.Deadline(); ok && d.Before(a.end) {
 		a.end = d
@@ -59,6 +59,8 @@ func (c *Client) Do(ctx context.Context, key string, spec Spec, fn func(ctx cont
 	if err == nil {
 		err = a.run(ctx, l, fn)
 	} else if errors.Is(err, ErrBusy) && spec.Busy == BusySkip {
+		a.observe(Event{Kind: EventSkipped, Err: err})
+		noteSkip(ctx)
 		err = nil
 	}
 	a.observe(Event{Kind: EventDone, Err: err})
@@ -68,6 +70,7 @@ func (c *Client) Do(ctx context.Context, key string, spec Spec, fn func(ctx cont
 // call is the state of one Do.
 type call struct {
 	c       *Client
+	ctx     context.Context // the caller's, for events
 	key     string
 	k       keys
 	spec    Spec
@@ -80,7 +83,7 @@ type call struct {
 }
 
 func (a *call) observe(e Event) {
-	e.Key, e.Start = a.key, a.start
+	e.Ctx, e.Name, e.Key, e.Start = a.ctx, a.spec.Name, a.key, a.start
 	if e.Token == 0 {
 		e.Token = a.token
 	}

@@ -43,7 +43,7 @@ func (l *Lease) Owner() string { return l.owner }
 // rejected a write made under this lease (EventStaleWriteRejected).
 // runtime/fence calls it; other resources can too.
 func (l *Lease) ReportStaleWrite(err error) {
-	l.c.obs.Observe(Event{Kind: EventStaleWriteRejected, Key: l.key, Token: l.token, Err: err})
+	l.c.obs.Observe(Event{Kind: EventStaleWriteRejected, Ctx: context.Background(), Key: l.key, Token: l.token, Err: err})
 }
 
 // Remaining returns how long the lease is known to be valid, by this

@@ -1,6 +1,7 @@
 package lease
 
 import (
+	"context"
 	"fmt"
 	"time"
 )
@@ -23,6 +24,7 @@ const (
 	EventUnreplicated                            // grant not acknowledged by the required replicas
 	EventStaleWriteRejected                      // a fenced resource rejected a stale token (runtime/fence)
 	EventDone                                    // the protected call finished; Err is what Do returned
+	EventSkipped                                 // busy for the whole wait and Spec.Busy is BusySkip: fn was not called
 )
 
 var eventNames = [...]string{
@@ -39,6 +41,7 @@ var eventNames = [...]string{
 	EventUnreplicated:       "unreplicated",
 	EventStaleWriteRejected: "stale_write_rejected",
 	EventDone:               "done",
+	EventSkipped:            "skipped",
 }
 
 func (k EventKind) String() string {
@@ -50,7 +53,13 @@ func (k EventKind) String() string {
 
 // Event is one observation. Fields that do not apply are zero.
 type Event struct {
-	Kind  EventKind
+	Kind EventKind
+	// Ctx is the context of the call the event belongs to (the caller's
+	// ctx passed to Do), so that adapters can parent spans and read
+	// request-scoped values. Events of background work (renewals) carry the
+	// same ctx as their call. Never nil for events of a call.
+	Ctx   context.Context
+	Name  string        // Spec.Name: a low-cardinality name for metrics and spans
 	Key   string        // the user's key, as passed to Do
 	Token Token         // fencing token of the grant (0 without fence)
 	Start time.Time     // when the call started (for spans)

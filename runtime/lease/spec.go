@@ -46,10 +46,29 @@ type Spec struct {
 	Busy BusyPolicy
 	// Fence mints a fencing token for each grant (see TokenFrom).
 	Fence bool
+	// Name is a low-cardinality name for the protected operation, carried
+	// by every Event (metric labels, span names). The generator sets the
+	// target's qualified name, such as "orders.(*Server).chargeOrder".
+	// Empty is allowed; the concrete key is never a good label.
+	Name string
 }
 
 // DefaultTTL is the lease length used when Spec.TTL is zero.
 const DefaultTTL = 30 * time.Second
+
+// Check reports whether Do would accept s, with the same message Do would
+// return. leasegen calls it at generate time, so a directive that the
+// runtime would refuse is refused there too.
+func (s Spec) Check() error {
+	_, err := s.normalize()
+	return err
+}
+
+// minEntryWindow is the least time a grant must leave between its entry
+// threshold (MinValidity) and the end of its validity (TTL − drift): the
+// reply of the acquire has to arrive within it. A spec with a smaller window
+// could never be entered.
+const minEntryWindow = time.Millisecond
 
 // normalize fills defaults and checks the spec; it is the only validation,
 // and runs before anything is sent to Redis.
@@ -68,14 +87,14 @@ func (s Spec) normalize() (Spec, error) {
 	if s.TTL == 0 {
 		s.TTL = DefaultTTL
 	}
-	if s.TTL < 3*time.Millisecond {
-		return s, fmt.Errorf("lease: Spec.TTL %v is too short (minimum 3ms)", s.TTL)
-	}
 	if s.MinValidity == 0 {
 		s.MinValidity = s.TTL / 2
 	}
 	if s.MinValidity >= s.TTL {
 		return s, fmt.Errorf("lease: Spec.MinValidity %v must be less than TTL %v", s.MinValidity, s.TTL)
+	}
+	if v := s.TTL - drift(s.TTL); v-s.MinValidity < minEntryWindow {
+		return s, fmt.Errorf("lease: Spec.TTL %v cannot be entered with MinValidity %v: a grant is trusted for TTL − drift (1%% + 2ms) = %v, which leaves less than %v for the acquire's reply; use a longer TTL or a smaller MinValidity", s.TTL, s.MinValidity, v, minEntryWindow)
 	}
 	if s.Wait > 0 && s.Wait >= s.Deadline {
 		return s, fmt.Errorf("lease: Spec.Wait %v must be less than Deadline %v", s.Wait, s.Deadline)
