@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -243,6 +244,33 @@ func TestRedisWithLeases(t *testing.T) {
 	}
 	if _, err := fence.From(context.Background()); !errors.Is(err, fence.ErrNoLease) {
 		t.Fatalf("From without a lease = %v", err)
+	}
+}
+
+// A writer cannot forge the stamp through the reserved fields: a stale
+// holder that tried to overwrite _fence_token would otherwise have its
+// older token's writes accepted afterwards.
+func TestRedisRefusesReservedFields(t *testing.T) {
+	srv := leasetest.StartRedis(t)
+	rdb := srv.Client(t)
+	store := fence.NewRedis(rdb)
+	ctx := context.Background()
+	newer, stale := stamp(200, "new-owner"), stamp(100, "old-owner")
+	if err := store.Set(ctx, newer, "rec", "v-new"); err != nil {
+		t.Fatal(err)
+	}
+	for _, field := range []string{fence.TokenField, fence.OwnerField} {
+		err := store.HSet(ctx, newer, "rec", "note", "x", field, "999999")
+		if err == nil || !strings.Contains(err.Error(), "reserved") {
+			t.Fatalf("HSet with %s = %v, want an error naming the reserved field", field, err)
+		}
+	}
+	if err := store.Set(ctx, stale, "rec", "v-old"); !errors.Is(err, fence.ErrStale) {
+		t.Fatalf("older token after the forging attempts = %v, want ErrStale", err)
+	}
+	got, _ := rdb.HGetAll(ctx, "rec").Result()
+	if got[fence.TokenField] != "200" || got[fence.OwnerField] != "new-owner" || got["value"] != "v-new" || got["note"] != "" {
+		t.Fatalf("record %v: the stamp or the data changed", got)
 	}
 }
 

@@ -34,12 +34,19 @@ type Redis struct{ rdb redis.UniversalClient }
 func NewRedis(rdb redis.UniversalClient) *Redis { return &Redis{rdb: rdb} }
 
 // HSet sets field/value pairs on the hash at key if s admits its stamp.
+// TokenField and OwnerField are reserved: a pair naming one is refused, so
+// no write can forge the stamp that later writes are checked against.
 func (r *Redis) HSet(ctx context.Context, s Stamp, key string, fieldValues ...string) error {
 	if err := s.check(); err != nil {
 		return err
 	}
 	if len(fieldValues)%2 != 0 {
 		return errors.New("fence: HSet needs field/value pairs")
+	}
+	for i := 0; i < len(fieldValues); i += 2 {
+		if f := fieldValues[i]; f == TokenField || f == OwnerField {
+			return fmt.Errorf("fence: HSet on %q: field %q is reserved for the fencing stamp", key, f)
+		}
 	}
 	args := make([]any, 0, 2+len(fieldValues))
 	args = append(args, strconv.FormatUint(uint64(s.Token), 10), s.Owner)
