@@ -85,10 +85,11 @@ func (c *Cluster) Addrs() []string {
 	return as
 }
 
-// Client returns a go-redis cluster client, closed when the test ends.
+// Client returns a go-redis cluster client, closed when the test ends, with
+// ContextTimeoutEnabled set (lease.New requires it).
 func (c *Cluster) Client(t testing.TB, adjust ...func(*redis.ClusterOptions)) *redis.ClusterClient {
 	t.Helper()
-	o := &redis.ClusterOptions{Addrs: c.Addrs()}
+	o := &redis.ClusterOptions{Addrs: c.Addrs(), ContextTimeoutEnabled: true}
 	for _, f := range adjust {
 		f(o)
 	}

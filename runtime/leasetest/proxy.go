@@ -37,8 +37,9 @@ type Proxy struct {
 	conns    map[net.Conn]struct{}
 	closed   bool
 	wg       sync.WaitGroup
-	cut      int // replies cut so far
-	accepted int // connections accepted so far
+	cut      int    // replies cut so far
+	accepted int    // connections accepted so far
+	newFault *Fault // the fault of connections accepted from now on (nil: follow Set)
 }
 
 // StartProxy starts a proxy to target and closes it when the test ends.
@@ -78,6 +79,16 @@ func (p *Proxy) Set(f Fault) {
 func (p *Proxy) SetDelay(d time.Duration) {
 	p.mu.Lock()
 	p.fault, p.delay = Delay, d
+	p.mu.Unlock()
+}
+
+// SetNew makes connections accepted from now on apply f to their replies,
+// whatever Set says later; connections already open keep following Set.
+// A client with warm pooled connections keeps working while a connection it
+// opens now (a subscription, a reconnect) suffers f.
+func (p *Proxy) SetNew(f Fault) {
+	p.mu.Lock()
+	p.newFault = &f
 	p.mu.Unlock()
 }
 
@@ -142,6 +153,7 @@ func (p *Proxy) accept() {
 		}
 		p.mu.Lock()
 		p.accepted++
+		own := p.newFault
 		p.mu.Unlock()
 		server, err := net.DialTimeout("tcp", p.target, time.Second)
 		if err != nil {
@@ -162,22 +174,26 @@ func (p *Proxy) accept() {
 		}()
 		go func() {
 			defer p.wg.Done()
-			p.replies(server, client)
+			p.replies(server, client, own)
 			p.untrack(server)
 			p.untrack(client)
 		}()
 	}
 }
 
-// replies copies server->client chunk by chunk, applying the fault.
-func (p *Proxy) replies(server, client net.Conn) {
+// replies copies server->client chunk by chunk, applying the proxy's fault
+// (or the connection's own, when it has one).
+func (p *Proxy) replies(server, client net.Conn, own *Fault) {
 	buf := make([]byte, 32<<10)
 	for {
 		n, err := server.Read(buf)
 		if n > 0 {
 			p.mu.Lock()
 			fault, delay := p.fault, p.delay
-			if fault == CutNextReply {
+			if own != nil {
+				fault = *own
+			}
+			if fault == CutNextReply && own == nil {
 				p.fault = Pass
 				p.cut++
 			}

@@ -146,10 +146,11 @@ func (s *Server) Addr() string { return "127.0.0.1:" + strconv.Itoa(s.port) }
 func (s *Server) Port() int { return s.port }
 
 // Client returns a go-redis client for the server, closed when the test
-// ends. Options may adjust the defaults (address already set).
+// ends, with ContextTimeoutEnabled set (lease.New requires it). Options may
+// adjust the defaults (address already set).
 func (s *Server) Client(t testing.TB, adjust ...func(*redis.Options)) *redis.Client {
 	t.Helper()
-	o := &redis.Options{Addr: s.Addr()}
+	o := &redis.Options{Addr: s.Addr(), ContextTimeoutEnabled: true}
 	for _, f := range adjust {
 		f(o)
 	}
