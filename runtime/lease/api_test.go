@@ -7,6 +7,7 @@ import (
 	"net/url"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -34,37 +35,57 @@ func TestNewRefusesBadClients(t *testing.T) {
 	}
 }
 
-func TestNewDerivesClientThatHonoursDeadlines(t *testing.T) {
-	user := shared.Client(t)
+// countHook counts the commands a go-redis client processes (as an
+// instrumentation hook such as redisotel would see them).
+type countHook struct{ n atomic.Int64 }
+
+func (*countHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h *countHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error { h.n.Add(1); return next(ctx, cmd) }
+}
+func (h *countHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error { h.n.Add(int64(len(cmds))); return next(ctx, cmds) }
+}
+
+// New uses the user's client itself (its pool and hooks), refuses one
+// whose reads would ignore context deadlines, never modifies it, and Close
+// leaves it open.
+func TestNewUsesTheUsersClient(t *testing.T) {
+	plain := redis.NewClient(&redis.Options{Addr: shared.Addr()})
+	defer plain.Close()
+	if _, err := lease.New(plain); err == nil || !strings.Contains(err.Error(), "ContextTimeoutEnabled") {
+		t.Fatalf("New(client without ContextTimeoutEnabled) = %v, want an error naming the option", err)
+	}
+	if plain.Options().ContextTimeoutEnabled {
+		t.Fatal("New modified the user's options")
+	}
+
+	user := shared.Client(t) // ContextTimeoutEnabled
+	hook := &countHook{}
+	user.AddHook(hook)
 	c, err := lease.New(user)
 	if err != nil {
 		t.Fatal(err)
 	}
-	derived, ok := c.Redis().(*redis.Client)
-	if !ok || derived == user || !derived.Options().ContextTimeoutEnabled {
-		t.Fatalf("Redis() = %T %p; want a derived client with ContextTimeoutEnabled", c.Redis(), c.Redis())
+	if c.Redis() != user {
+		t.Fatalf("Redis() = %p, want the user's client %p", c.Redis(), user)
 	}
-	if derived.Options().Addr != user.Options().Addr || derived.Options().MaxRetries != user.Options().MaxRetries {
-		t.Fatalf("derived options differ: addr %s retries %d", derived.Options().Addr, derived.Options().MaxRetries)
+	if err := c.Do(context.Background(), uniqueKey(t), spec(time.Second, 5*time.Second), func(context.Context) error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if n := hook.n.Load(); n < 2 {
+		t.Fatalf("the user's hook saw %d lease commands, want the acquire and the release", n)
 	}
 	c.Close()
 	if err := user.Ping(context.Background()).Err(); err != nil {
 		t.Fatalf("Close closed the user's client: %v", err)
-	}
-
-	enabled := redis.NewClient(&redis.Options{Addr: shared.Addr(), ContextTimeoutEnabled: true})
-	defer enabled.Close()
-	c2, _ := lease.New(enabled)
-	defer c2.Close()
-	if c2.Redis() != enabled {
-		t.Fatal("a client with ContextTimeoutEnabled was replaced")
 	}
 }
 
 // Bad input is refused before anything is sent: the client points at a
 // closed port, so a sent command would fail as unknown instead.
 func TestBadInputSendsNothing(t *testing.T) {
-	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1})
+	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1, ContextTimeoutEnabled: true})
 	defer rdb.Close()
 	c, err := lease.New(rdb)
 	if err != nil {

@@ -14,8 +14,7 @@ import (
 // Client runs protected calls against one Redis deployment. It is safe for
 // concurrent use; create one per process and Close it when done.
 type Client struct {
-	rdb     redis.UniversalClient // the client commands go through
-	derived redis.UniversalClient // non-nil when New made rdb; closed by Close
+	rdb redis.UniversalClient // the user's client; every command goes through it
 
 	prefix         string
 	obs            Observer
@@ -23,6 +22,7 @@ type Client struct {
 	replicaTimeout time.Duration
 	releaseTimeout time.Duration
 	counterTTL     time.Duration
+	recheck        time.Duration
 
 	hub    *waitHub
 	renew  *renewer
@@ -84,6 +84,20 @@ func WithReleaseTimeout(d time.Duration) Option {
 	}
 }
 
+// WithRecheck bounds how long a waiter relies on release notifications
+// alone (default 500ms): a waiter whose holder's lease runs longer looks
+// again at least this often, so a missed notification (a dropped
+// subscription, a missing permission, a failover) costs at most this much.
+func WithRecheck(d time.Duration) Option {
+	return func(c *Client) error {
+		if d <= 0 {
+			return fmt.Errorf("lease: WithRecheck(%v): need a positive duration", d)
+		}
+		c.recheck = d
+		return nil
+	}
+}
+
 // WithCounterTTL sets how long a fence counter outlives its last grant
 // (default 24h). Tokens keep increasing after it expires thanks to the
 // server-time floor; the counter only matters when the server clock steps
@@ -98,21 +112,24 @@ func WithCounterTTL(d time.Duration) Option {
 	}
 }
 
-// New returns a Client that sends commands through rdb.
+// New returns a Client that sends commands through rdb itself: its
+// connection pool, its hooks (instrumentation such as redisotel) and, for a
+// Sentinel client from redis.NewFailoverClient, its failover handling.
 //
-// Deadlines must reach socket reads, which go-redis only does when
-// ContextTimeoutEnabled is set. When it is not, New derives a dedicated client
-// from rdb's options with it enabled (same address, TLS, credentials and
-// retries) and Close closes that client; rdb itself is never modified or
-// closed. Implementations other than *redis.Client and *redis.ClusterClient
-// cannot be checked and are refused, and so is *redis.Ring: it moves keys
-// between shards when one misses heartbeats, which would split a lease.
+// Deadlines must reach socket reads, which go-redis does only when
+// ContextTimeoutEnabled is set, so New refuses a client without it (a
+// derived client would lose the hooks and the failover handling; go-redis's
+// WithTimeout clone drops the hooks too). Set it in the options of the
+// client you pass, or give leases a client of their own. *redis.Ring is
+// refused: it moves keys between shards when one misses heartbeats, which
+// would split a lease. Close the Client before rdb.
 func New(rdb redis.UniversalClient, opts ...Option) (*Client, error) {
 	c := &Client{
 		prefix:         "lease:",
 		obs:            nopObserver{},
 		releaseTimeout: 250 * time.Millisecond,
 		counterTTL:     24 * time.Hour,
+		recheck:        500 * time.Millisecond,
 	}
 	for _, o := range opts {
 		if err := o(c); err != nil {
@@ -128,51 +145,50 @@ func New(rdb redis.UniversalClient, opts ...Option) (*Client, error) {
 		if r == nil {
 			return nil, errors.New("lease: New: nil *redis.Client")
 		}
-		c.rdb = r
 		if !r.Options().ContextTimeoutEnabled {
-			o := *r.Options()
-			o.ContextTimeoutEnabled = true
-			reinitClient(&o)
-			c.derived = redis.NewClient(&o)
-			c.rdb = c.derived
+			return nil, errors.New("lease: New: the *redis.Client needs ContextTimeoutEnabled: true in its redis.Options, so that context deadlines bound socket reads (without it a call could outlive its deadline by the read timeout); set it on the client you pass, or give leases a client of their own")
 		}
+		c.rdb = r
 	case *redis.ClusterClient:
 		if r == nil {
 			return nil, errors.New("lease: New: nil *redis.ClusterClient")
 		}
-		c.rdb = r
 		if !r.Options().ContextTimeoutEnabled {
-			o := *r.Options()
-			o.ContextTimeoutEnabled = true
-			reinitCluster(&o)
-			c.derived = redis.NewClusterClient(&o)
-			c.rdb = c.derived
+			return nil, errors.New("lease: New: the *redis.ClusterClient needs ContextTimeoutEnabled: true in its redis.ClusterOptions, so that context deadlines bound socket reads (without it a call could outlive its deadline by the read timeout)")
 		}
+		c.rdb = r
 	default:
 		return nil, fmt.Errorf("lease: unsupported client %T: need a *redis.Client or *redis.ClusterClient (the runtime must know that context deadlines reach socket reads)", rdb)
 	}
-	c.hub = newWaitHub(c.rdb)
+	c.hub = newWaitHub(c)
 	c.renew = newRenewer(c)
 	return c, nil
 }
 
-// Close stops the shared subscription and closes the client New derived, if
-// any. Calls in progress may fail; later calls return an error.
+// Close stops the Client: later calls return ErrClosed, calls waiting for a
+// lease return ErrClosed at once, and the shared subscription is closed.
+// Calls already running their function keep their leases (renewed) until
+// they return and release them, so close the go-redis client only after
+// they have. Close does not wait and may be called from an Observer.
 func (c *Client) Close() error {
 	if c == nil || !c.closed.CompareAndSwap(false, true) {
 		return nil
 	}
-	c.renew.close()
-	err := c.hub.close()
-	if c.derived != nil {
-		err = errors.Join(err, c.derived.Close())
-	}
-	return err
+	c.hub.close()
+	return nil
 }
 
-// Redis returns the client the runtime sends commands through (derived by
-// New when needed). Tests and adapters use it to inspect lease keys.
+// Redis returns the client given to New. Tests and adapters use it to
+// inspect lease keys.
 func (c *Client) Redis() redis.UniversalClient { return c.rdb }
+
+// reloadTopology asks a Cluster client to reload the slot map (after a
+// redirect or a connection error: a node may have failed or a slot moved).
+func (c *Client) reloadTopology() {
+	if cc, ok := c.rdb.(*redis.ClusterClient); ok {
+		cc.ReloadState(context.Background())
+	}
+}
 
 // pipeliner returns a pipeline that runs on one connection to the node that
 // owns key, so that WAIT follows the write it must confirm.
@@ -185,43 +201,4 @@ func (c *Client) pipeliner(ctx context.Context, key string) (redis.Pipeliner, er
 		return node.Pipeline(), nil
 	}
 	return c.rdb.Pipeline(), nil
-}
-
-// go-redis normalizes options when a client is built (-1 "none" becomes 0,
-// 0 "default" becomes a value), so options read back from a client would be
-// normalized again to different values. reinit maps the "none" results back
-// to the spelling that survives: a client with retries disabled must not get
-// three retries from being derived.
-func reinitClient(o *redis.Options) {
-	// The push processor is per-client state that NewClient stored in the
-	// options; sharing it makes the derived client's handler registration
-	// clash. The lease commands receive no push notifications.
-	o.PushNotificationProcessor = nil
-	o.ReadTimeout = unNormalize(o.ReadTimeout)
-	o.WriteTimeout = unNormalize(o.WriteTimeout)
-	o.MinRetryBackoff = unNormalize(o.MinRetryBackoff)
-	o.MaxRetryBackoff = unNormalize(o.MaxRetryBackoff)
-	if o.MaxRetries == 0 {
-		o.MaxRetries = -1
-	}
-}
-
-func reinitCluster(o *redis.ClusterOptions) {
-	o.ReadTimeout = unNormalize(o.ReadTimeout)
-	o.WriteTimeout = unNormalize(o.WriteTimeout)
-	o.MinRetryBackoff = unNormalize(o.MinRetryBackoff)
-	o.MaxRetryBackoff = unNormalize(o.MaxRetryBackoff)
-	if o.MaxRedirects == 0 {
-		o.MaxRedirects = -1
-	}
-}
-
-func unNormalize(d time.Duration) time.Duration {
-	switch d {
-	case 0:
-		return -1
-	case -1:
-		return -2
-	}
-	return d
 }

@@ -3,6 +3,7 @@ package lease_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -17,11 +18,16 @@ import (
 // through the Cluster pipeline, and increasing tokens on every shard.
 func TestCluster(t *testing.T) {
 	cl := leasetest.StartCluster(t, 3)
-	a, recA := newClient(t, cl.Client(t)) // ContextTimeoutEnabled off: New derives a ClusterClient
-	if _, ok := a.Redis().(*redis.ClusterClient); !ok {
-		t.Fatalf("Redis() = %T, want a derived *redis.ClusterClient", a.Redis())
+	if _, err := lease.New(cl.Client(t, func(o *redis.ClusterOptions) { o.ContextTimeoutEnabled = false })); err == nil || !strings.Contains(err.Error(), "ContextTimeoutEnabled") {
+		t.Fatalf("New(ClusterClient without ContextTimeoutEnabled) = %v, want an error naming the option", err)
 	}
-	b, _ := newClient(t, cl.Client(t))
+	withDeadlines := func(o *redis.ClusterOptions) { o.ContextTimeoutEnabled = true }
+	user := cl.Client(t, withDeadlines)
+	a, recA := newClient(t, user)
+	if a.Redis() != user {
+		t.Fatalf("Redis() = %p, want the user's own ClusterClient %p", a.Redis(), user)
+	}
+	b, _ := newClient(t, cl.Client(t, withDeadlines))
 	ctx := context.Background()
 
 	// Keys spread over the slots of all masters; fencing on each.

@@ -3,6 +3,7 @@ package lease_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -131,15 +132,20 @@ func TestWaitRunsOut(t *testing.T) {
 	mustIs(t, err, lease.ErrBusy)
 	mustNotIs(t, err, lease.ErrUnknown, context.DeadlineExceeded)
 
-	// The caller's deadline ends the wait: busy, and the budget ran out.
+	// The caller's deadline leaves no room to wait (the work needs
+	// MinValidity of it): busy at once, saying why, and no deadline passed.
 	s.Wait = 2 * time.Second
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 	defer cancel()
 	start := time.Now()
 	err = c.Do(ctx, key, s, func(context.Context) error { t.Error("entered"); return nil })
-	mustIs(t, err, lease.ErrBusy, context.DeadlineExceeded)
-	if el := time.Since(start); el > 300*time.Millisecond+150*time.Millisecond {
-		t.Fatalf("returned after %v, want by the 300ms deadline", el)
+	mustIs(t, err, lease.ErrBusy)
+	mustNotIs(t, err, context.DeadlineExceeded, lease.ErrDeadline)
+	if !strings.Contains(err.Error(), "to leave MinValidity") {
+		t.Fatalf("error %q does not say that waiting was capped to leave MinValidity", err)
+	}
+	if el := time.Since(start); el > 150*time.Millisecond {
+		t.Fatalf("returned after %v, want at once", el)
 	}
 }
 
@@ -225,7 +231,7 @@ func TestLossCancelsWorkAndIsReported(t *testing.T) {
 		return nil // the work claims success
 	})
 	mustIs(t, err, lease.ErrLost)
-	if cause != lease.ErrLost {
+	if !errors.Is(cause, lease.ErrLost) {
 		t.Fatalf("fn's context cause = %v, want ErrLost", cause)
 	}
 	if v, _ := rdb.Get(context.Background(), lockKey(key)).Result(); v != "other-owner:0" {

@@ -2,12 +2,23 @@ package lease
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
+	"net"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // Errors returned by Do. Test them with errors.Is: the errors Do returns wrap
 // these together with the underlying cause (a transport error, the function's
 // own error, context.DeadlineExceeded).
+//
+// The classes of a failed acquire are exclusive: ErrBusy (a parsed "held by
+// another"), ErrRefused (definitely not executed: nothing could be sent, or
+// the server answered with an error), ErrUnknown (sent, but no reply was
+// parsed: the lease may have been granted). Only ErrUnknown leaves a
+// possible grant behind, and only then is a conditional release sent.
 var (
 	// ErrBusy: the lease was held by another owner for the whole wait.
 	ErrBusy = errors.New("lease: busy")
@@ -17,22 +28,37 @@ var (
 	// the function was not called and a conditional release was attempted.
 	ErrUnknown = errors.New("lease: outcome unknown")
 
-	// ErrLost: the lease ended while the function ran (renewal refused, or its
-	// validity ran out). The function's context was cancelled with this cause;
-	// its side effects may have run partly unprotected.
+	// ErrRefused: the request was definitely not carried out. Either no
+	// connection could be made (dial or TLS failure, a closed or exhausted
+	// go-redis client), or the server answered with an error: NOPERM (ACL),
+	// READONLY (a replica), OOM, WRONGTYPE, CLUSTERDOWN, and so on. The error
+	// names the cause; the function was not called and nothing needs
+	// releasing. Usually a deployment or configuration problem.
+	ErrRefused = errors.New("lease: refused")
+
+	// ErrLost: the lease ended while the function ran (renewal refused, its
+	// validity ran out, the function returned after it, or the release found
+	// the key no longer ours). The function's context was cancelled with a
+	// cause wrapping this error; its side effects may have run partly
+	// unprotected.
 	ErrLost = errors.New("lease: lost during work")
 
 	// ErrDeadline: the call's total budget (Spec.Deadline or the caller's
 	// deadline) ran out. It wraps context.DeadlineExceeded.
 	ErrDeadline = deadlineError{}
 
-	// ErrLowValidity: a grant arrived with less than Spec.MinValidity left;
-	// the function was not called and the lease was released.
+	// ErrLowValidity: a grant arrived with less than Spec.MinValidity left
+	// (or, for a nested call, the enclosing lease had less left); the
+	// function was not called.
 	ErrLowValidity = errors.New("lease: granted with too little validity left")
 
 	// ErrBadKey: the key is empty, or a key part could not be built (for
 	// example a nil pointer on the path of a generated key).
 	ErrBadKey = errors.New("lease: bad key")
+
+	// ErrClosed: the Client was closed. Calls waiting for a lease return it
+	// at once when Close is called.
+	ErrClosed = errors.New("lease: client closed")
 )
 
 type deadlineError struct{}
@@ -40,3 +66,57 @@ type deadlineError struct{}
 func (deadlineError) Error() string        { return "lease: total deadline exceeded" }
 func (deadlineError) Unwrap() error        { return context.DeadlineExceeded }
 func (deadlineError) Is(target error) bool { return target == ErrDeadline }
+
+// outcome classifies the error of one request to Redis.
+type outcome uint8
+
+const (
+	outUnknown  outcome = iota // sent (or possibly sent), no parsed reply
+	outRefused                 // definitely not executed
+	outRedirect                // not executed because of slot movement: retry within the budget
+)
+
+// classify tells what an error from go-redis proves about the request.
+//
+// A reply parsed as an error proves the script did not complete (the lease
+// scripts make their decisive write last). Errors that arise before any
+// byte of the request could reach the server (dial, TLS handshake, a closed
+// or exhausted pool) prove it was not sent. go-redis may have sent an
+// earlier attempt before the one that failed to dial; such a grant would be
+// to an identity nobody uses, and it expires with its TTL.
+func classify(err error) outcome {
+	var rerr redis.Error
+	if errors.As(err, &rerr) {
+		switch {
+		case redis.HasErrorPrefix(err, "MOVED"), redis.HasErrorPrefix(err, "ASK"),
+			redis.HasErrorPrefix(err, "TRYAGAIN"), redis.HasErrorPrefix(err, "CLUSTERDOWN"):
+			return outRedirect
+		}
+		return outRefused
+	}
+	if notSent(err) {
+		return outRefused
+	}
+	return outUnknown
+}
+
+// notSent reports errors that leave no request on the wire.
+func notSent(err error) bool {
+	var op *net.OpError
+	if errors.As(err, &op) && op.Op == "dial" {
+		return true
+	}
+	var (
+		rh  tls.RecordHeaderError
+		cv  *tls.CertificateVerificationError
+		ua  x509.UnknownAuthorityError
+		hn  x509.HostnameError
+		ci  x509.CertificateInvalidError
+		alr tls.AlertError
+	)
+	if errors.As(err, &rh) || errors.As(err, &cv) || errors.As(err, &ua) ||
+		errors.As(err, &hn) || errors.As(err, &ci) || errors.As(err, &alr) {
+		return true
+	}
+	return errors.Is(err, redis.ErrClosed) || errors.Is(err, redis.ErrPoolTimeout) || errors.Is(err, redis.ErrPoolExhausted)
+}

@@ -43,7 +43,7 @@ func table(t *testing.T, fault, invariant string, trials, violations int) {
 // a fenced lease, reports its token, waits for a line on stdin, then writes
 // to a fenced Redis record on a context of its own (a write in flight).
 func helperHolder() {
-	rdb := redis.NewClient(&redis.Options{Addr: os.Getenv("LEASE_HELPER_ADDR")})
+	rdb := redis.NewClient(&redis.Options{Addr: os.Getenv("LEASE_HELPER_ADDR"), ContextTimeoutEnabled: true})
 	c, err := lease.New(rdb)
 	if err != nil {
 		fmt.Println("ERR", err)
@@ -224,7 +224,7 @@ func TestFault08ExternalExpiry(t *testing.T) {
 			}()
 			<-nextHeld
 			<-ctx.Done()
-			if context.Cause(ctx) != lease.ErrLost {
+			if !errors.Is(context.Cause(ctx), lease.ErrLost) {
 				violations++
 			}
 			return nil
@@ -425,7 +425,7 @@ func TestFault15Soak(t *testing.T) {
 	recs := make([]*leasetest.Recorder, holders)
 	for i := range holders {
 		p := leasetest.StartProxy(t, srv.Addr())
-		rdb := redis.NewClient(&redis.Options{Addr: p.Addr()})
+		rdb := redis.NewClient(&redis.Options{Addr: p.Addr(), ContextTimeoutEnabled: true})
 		t.Cleanup(func() { rdb.Close() })
 		c, rec := newClient(t, rdb)
 		clients, proxies, recs[i] = append(clients, c), append(proxies, p), rec

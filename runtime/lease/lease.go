@@ -3,6 +3,7 @@ package lease
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -15,14 +16,27 @@ type Token uint64
 // FromContext.
 type Lease struct {
 	c      *Client
+	a      *call // the call that acquired it (events)
 	key    string
 	owner  string // the grant's identity
 	token  Token
 	fenced bool
 	parent *Lease
 
+	// inCall is true while the acquiring call's function runs: only then
+	// may a nested call on the same key reuse this lease.
+	inCall atomic.Bool
+	// ctx is the function's context without the lease value: done when the
+	// lease is lost, the budget ends or the call returns. cancel ends it
+	// with a cause.
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+
 	mu         sync.Mutex
 	validUntil time.Time // monotonic; only ever moves forward
+	holdUntil  time.Time // the release keeps the key until then (HoldMin, also of nested calls)
+	lastErr    error     // the last failed renewal, for the loss cause
+	cause      error     // why the lease was lost (wraps ErrLost); set once before lost closes
 	lost       chan struct{}
 	lostOnce   sync.Once
 }
@@ -43,16 +57,14 @@ func (l *Lease) Owner() string { return l.owner }
 // rejected a write made under this lease (EventStaleWriteRejected).
 // runtime/fence calls it; other resources can too.
 func (l *Lease) ReportStaleWrite(err error) {
-	l.c.obs.Observe(Event{Kind: EventStaleWriteRejected, Ctx: context.Background(), Key: l.key, Token: l.token, Err: err})
+	l.a.observe(Event{Kind: EventStaleWriteRejected, Token: l.token, Err: err})
 }
 
 // Remaining returns how long the lease is known to be valid, by this
 // process's monotonic clock (0 once it has ended).
 func (l *Lease) Remaining() time.Duration {
-	select {
-	case <-l.lost:
+	if l.isLost() {
 		return 0
-	default:
 	}
 	l.mu.Lock()
 	d := time.Until(l.validUntil)
@@ -63,6 +75,15 @@ func (l *Lease) Remaining() time.Duration {
 // Lost is closed when the lease is lost while the function runs.
 func (l *Lease) Lost() <-chan struct{} { return l.lost }
 
+// Err returns why the lease was lost (an error wrapping ErrLost), or nil
+// while it is not.
+func (l *Lease) Err() error {
+	if !l.isLost() {
+		return nil
+	}
+	return l.cause
+}
+
 func (l *Lease) isLost() bool {
 	select {
 	case <-l.lost:
@@ -70,6 +91,62 @@ func (l *Lease) isLost() bool {
 	default:
 		return false
 	}
+}
+
+func (l *Lease) valid() time.Time {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.validUntil
+}
+
+// extend moves valid-until forward to v (never back).
+func (l *Lease) extend(v time.Time) {
+	l.mu.Lock()
+	if v.After(l.validUntil) {
+		l.validUntil = v
+	}
+	l.mu.Unlock()
+}
+
+// holdTo makes the release keep the key until at least t.
+func (l *Lease) holdTo(t time.Time) {
+	l.mu.Lock()
+	if t.After(l.holdUntil) {
+		l.holdUntil = t
+	}
+	l.mu.Unlock()
+}
+
+// lose marks l lost with cause, cancels its function's context and reports
+// EventLost, once. The observer is called without any lock held.
+func (l *Lease) lose(cause error) {
+	if l.cut(cause) {
+		l.a.observe(Event{Kind: EventLost, Err: cause})
+	}
+}
+
+// cut is lose without the event, for callers that hold a lock: it reports
+// whether it did the cut, and then the caller must report EventLost.
+func (l *Lease) cut(cause error) bool {
+	if !l.markLost(cause) {
+		return false
+	}
+	l.cancel(cause)
+	return true
+}
+
+// markLost records cause and closes Lost once; it reports whether this
+// call did it.
+func (l *Lease) markLost(cause error) bool {
+	first := false
+	l.lostOnce.Do(func() {
+		l.mu.Lock()
+		l.cause = cause
+		l.mu.Unlock()
+		close(l.lost)
+		first = true
+	})
+	return first
 }
 
 type ctxKey struct{}
@@ -101,7 +178,8 @@ func FencedFrom(ctx context.Context) (*Lease, bool) {
 	return nil, false
 }
 
-// held returns the lease on key that c already holds in ctx, if any.
+// held returns the innermost lease on key of c in ctx, if any (it may have
+// ended: see reentry).
 func (c *Client) held(ctx context.Context, key string) *Lease {
 	l, _ := FromContext(ctx)
 	for ; l != nil; l = l.parent {

@@ -16,15 +16,17 @@ const (
 	EventAcquireUnknown                          // acquire sent, no reply read
 	EventLowValidity                             // granted too late to enter
 	EventRenewed                                 // renewal confirmed
-	EventRenewFailed                             // renewal unknown (Err wraps ErrUnknown) or refused (Err wraps ErrLost)
+	EventRenewFailed                             // renewal unknown (Err wraps ErrUnknown), refused by the server (ErrRefused) or not the owner (ErrLost)
 	EventLost                                    // lease ended while the function ran
 	EventDeadlineExceeded                        // the total budget ran out
 	EventReleased                                // release confirmed (or the hold shortened)
-	EventReleaseUnconfirmed                      // release sent, no reply read: the TTL will end it
+	EventReleaseUnconfirmed                      // release not confirmed: no reply (Err wraps ErrUnknown) or refused (ErrRefused); the TTL will end it
 	EventUnreplicated                            // grant not acknowledged by the required replicas
 	EventStaleWriteRejected                      // a fenced resource rejected a stale token (runtime/fence)
 	EventDone                                    // the protected call finished; Err is what Do returned
 	EventSkipped                                 // busy for the whole wait and Spec.Busy is BusySkip: fn was not called
+	EventRefused                                 // the acquire was definitely not executed (Err wraps ErrRefused and names the cause)
+	EventSubscriptionFailed                      // release notifications are interrupted; waiters re-check until they resume (no call: Ctx is Background, Key empty)
 )
 
 var eventNames = [...]string{
@@ -42,6 +44,8 @@ var eventNames = [...]string{
 	EventStaleWriteRejected: "stale_write_rejected",
 	EventDone:               "done",
 	EventSkipped:            "skipped",
+	EventRefused:            "refused",
+	EventSubscriptionFailed: "subscription_failed",
 }
 
 func (k EventKind) String() string {
@@ -69,6 +73,9 @@ type Event struct {
 
 // Observer receives lease events. Observe is called synchronously on the
 // path of the call (keep it fast) and may be called from several goroutines.
+// It is never called with an internal lock held, so it may call any method
+// of the Client, Close included. Renewal events come from the Client's
+// renewal goroutine; one may arrive just after its call's EventDone.
 type Observer interface {
 	Observe(Event)
 }

@@ -6,6 +6,7 @@ import (
 	_ "embed"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -25,37 +26,52 @@ const renewBatchMax = 256
 const batchWindow = 10 * time.Millisecond
 
 // renewer renews the held leases of one Client. A goroutine runs only while
-// leases are held; each round renews every lease that is due in one script
-// call per 256 leases (standalone) or one pipeline (Cluster), instead of a
-// goroutine, a timer and a round trip per lease.
+// leases are held; each round renews every lease that is due, grouped into
+// batches of similar validity (one script call per batch on a standalone
+// server, one pipeline on a Cluster) instead of a goroutine, a timer and a
+// round trip per lease.
+//
+// Each lease is judged by its own validity: a batch waits for its reply
+// until the latest valid-until among its leases, and each lease's own
+// validity timer (see call.watch) ends it on time if the reply comes too
+// late for it. A lease past its validity, lost, or past its call's deadline
+// leaves the queue at once. Batches run concurrently, so a slow batch does
+// not hold up leases due later.
 type renewer struct {
-	c      *Client
-	mu     sync.Mutex
-	q      renewQueue
-	wake   chan struct{}
-	run    bool
-	until  time.Time // when the sleeping loop wakes by itself (zero: not asleep)
-	closed chan struct{}
-	done   chan struct{} // closed when the current loop exits
+	c     *Client
+	mu    sync.Mutex
+	q     renewQueue
+	wake  chan struct{}
+	run   bool
+	until time.Time // when the sleeping loop wakes by itself (zero: not asleep)
 }
 
 // renewal is one held lease's renewal state.
 type renewal struct {
 	a        *call
 	l        *Lease
-	cancel   context.CancelCauseFunc
 	interval time.Duration
-	next     time.Time // guarded by the renewer's mu while queued
+	next     time.Time // renewer's mu while queued or in flight
 	index    int       // in the queue; -1 when not queued (renewer's mu)
+	flight   *flight   // the batch this renewal is in flight with (renewer's mu)
 
-	// mu orders applying a renewal's result against Do finishing: remove
-	// takes it, so Do cannot return while a loss is being applied.
+	// mu orders applying a renewal's result against Do finishing: stop
+	// takes it, so Do cannot return while a loss is being applied. No
+	// observer is ever called with it held.
 	mu      sync.Mutex
 	stopped atomic.Bool // Do has returned: results are ignored
 }
 
+// flight is one batch on the wire. It is cancelled when every lease in it
+// has been released (their Do calls returned), so no request outlives the
+// calls it serves.
+type flight struct {
+	live   int // members not stopped (renewer's mu)
+	cancel context.CancelFunc
+}
+
 func newRenewer(c *Client) *renewer {
-	return &renewer{c: c, wake: make(chan struct{}, 1), closed: make(chan struct{})}
+	return &renewer{c: c, wake: make(chan struct{}, 1)}
 }
 
 // add schedules r's first renewal.
@@ -66,8 +82,7 @@ func (rn *renewer) add(r *renewal) {
 	first := !rn.until.IsZero() && r.next.Before(rn.until)
 	if !rn.run {
 		rn.run = true
-		rn.done = make(chan struct{})
-		go rn.loop(rn.done)
+		go rn.loop()
 	}
 	rn.mu.Unlock()
 	if first {
@@ -89,21 +104,25 @@ func (rn *renewer) remove(r *renewal) {
 	if r.index >= 0 {
 		heap.Remove(&rn.q, r.index)
 	}
+	if f := r.flight; f != nil {
+		r.flight = nil
+		if f.live--; f.live == 0 {
+			f.cancel()
+		}
+	}
+	// The last lease gone: a sleeping loop exits now rather than at its
+	// timer, so no goroutine outlives the leases it serves.
+	idle := len(rn.q) == 0 && !rn.until.IsZero()
 	rn.mu.Unlock()
-}
-
-func (rn *renewer) close() {
-	close(rn.closed)
-	rn.mu.Lock()
-	done := rn.done
-	rn.mu.Unlock()
-	if done != nil {
-		<-done
+	if idle {
+		select {
+		case rn.wake <- struct{}{}:
+		default:
+		}
 	}
 }
 
-func (rn *renewer) loop(done chan struct{}) {
-	defer close(done)
+func (rn *renewer) loop() {
 	t := time.NewTimer(time.Hour)
 	defer t.Stop()
 	for {
@@ -122,147 +141,194 @@ func (rn *renewer) loop(done chan struct{}) {
 			case <-t.C:
 			case <-rn.wake:
 				t.Stop()
-			case <-rn.closed:
-				return
 			}
 			rn.mu.Lock()
 			rn.until = time.Time{}
 			rn.mu.Unlock()
 			continue
 		}
-		var batch []*renewal
+		type due struct {
+			r     *renewal
+			valid time.Time
+		}
+		var batch []due
 		for len(rn.q) > 0 && rn.q[0].next.Before(now.Add(batchWindow)) {
 			r := heap.Pop(&rn.q).(*renewal)
-			if !now.Before(r.a.end) {
-				continue // renewal stops at the total deadline
+			v := r.l.valid()
+			if !now.Before(r.a.end) || !now.Before(v) || r.l.isLost() {
+				// Past the total deadline, or the lease already ended:
+				// its validity timer reports the loss.
+				continue
 			}
-			batch = append(batch, r)
+			batch = append(batch, due{r, v})
+		}
+		// Leases of similar validity go together, so a long-lived lease's
+		// batch never decides how long a short one waits.
+		slices.SortFunc(batch, func(x, y due) int { return x.valid.Compare(y.valid) })
+		var flights [][]*renewal
+		var deadlines []time.Time
+		for start := 0; start < len(batch); start += renewBatchMax {
+			chunk := batch[start:min(start+renewBatchMax, len(batch))]
+			rs := make([]*renewal, len(chunk))
+			dl := chunk[0].valid
+			for i, d := range chunk {
+				rs[i] = d.r
+				dl = maxTime(dl, minTime(d.valid, d.r.a.end))
+			}
+			flights = append(flights, rs)
+			deadlines = append(deadlines, dl)
+		}
+		for i, rs := range flights {
+			// Stop waiting just before the last lease of the batch ends, so
+			// that its failure is reported before its validity timer fires.
+			dl := deadlines[i]
+			if early := dl.Add(-2 * time.Millisecond); early.After(now) {
+				dl = early
+			}
+			ctx, cancel := context.WithDeadline(context.Background(), dl)
+			f := &flight{live: len(rs), cancel: cancel}
+			for _, r := range rs {
+				r.flight = f
+			}
+			go rn.renew(ctx, f, rs)
 		}
 		rn.mu.Unlock()
-		if len(batch) > 0 {
-			rn.renew(batch)
-		}
 	}
 }
 
-// renew sends one round of renewals and applies the results: a confirmed
-// renewal sent at t moves valid-until to t+TTL−drift; an unknown one
-// changes nothing and is retried sooner; "not the owner" is a loss.
-func (rn *renewer) renew(batch []*renewal) {
+// renew sends one batch and applies the results: a confirmed renewal sent
+// at t moves valid-until to t+TTL−drift; an unknown or refused one changes
+// nothing and is retried sooner; "not the owner" is a loss.
+func (rn *renewer) renew(ctx context.Context, f *flight, batch []*renewal) {
+	defer f.cancel()
 	sent := time.Now()
-	dl := batch[0].a.end
-	for _, r := range batch {
-		r.l.mu.Lock()
-		v := r.l.validUntil
-		r.l.mu.Unlock()
-		dl = minTime(dl, minTime(v, r.a.end))
-	}
-	// A reply after valid-until is useless; stop waiting just before, so
-	// the failure is reported before the validity timer ends the lease.
-	if early := dl.Add(-2 * time.Millisecond); early.After(sent) {
-		dl = early
-	}
-	ctx, cancel := context.WithDeadline(context.Background(), dl)
-	stop := context.AfterFunc(ctxOf(rn.closed), cancel)
-	results, err := rn.send(ctx, batch)
-	stop()
-	cancel()
+	results, errs := rn.send(ctx, batch)
 
+	var events []func()
 	var requeue []*renewal
 	for i, r := range batch {
-		if err != nil {
-			// Reported even when fn has just returned: the renewal was
-			// sent while the lease was in use.
-			r.a.observe(Event{Kind: EventRenewFailed, Err: fmt.Errorf("%w: renewal of key %q: %w", ErrUnknown, r.a.key, err)})
-		}
+		res, err := results[i], errs[i]
 		r.mu.Lock()
 		if r.stopped.Load() {
 			r.mu.Unlock()
 			continue
 		}
-		ttl := r.a.spec.TTL
+		a, l := r.a, r.l
+		ttl := a.spec.TTL
 		switch {
 		case err != nil:
-			r.next = time.Now().Add(r.interval / 3)
-		case results[i] == 1:
-			r.l.mu.Lock()
-			if v := sent.Add(ttl - drift(ttl)); v.After(r.l.validUntil) {
-				r.l.validUntil = v
+			class := ErrUnknown
+			if classify(err) != outUnknown {
+				class = ErrRefused
 			}
-			r.l.mu.Unlock()
-			r.a.observe(Event{Kind: EventRenewed})
+			e := fmt.Errorf("%w: renewal of key %q: %w", class, a.key, err)
+			l.mu.Lock()
+			l.lastErr = e
+			l.mu.Unlock()
+			events = append(events, func() { a.observe(Event{Kind: EventRenewFailed, Err: e}) })
+			r.next = time.Now().Add(max(r.interval/3, time.Millisecond))
+			requeue = append(requeue, r)
+		case res == 1:
+			l.extend(sent.Add(ttl - drift(ttl)))
+			events = append(events, func() { a.observe(Event{Kind: EventRenewed}) })
 			r.next = sent.Add(r.interval)
+			requeue = append(requeue, r)
 		default:
-			r.a.observe(Event{Kind: EventRenewFailed, Err: fmt.Errorf("%w: renewal of key %q refused: no longer the owner", ErrLost, r.a.key)})
-			r.a.lose(r.l, r.cancel)
-			r.mu.Unlock()
-			continue
+			cause := fmt.Errorf("%w: key %q: renewal refused: the key no longer holds this lease (it expired, was deleted from outside, or was taken)", ErrLost, a.key)
+			if l.cut(cause) {
+				events = append(events, func() {
+					a.observe(Event{Kind: EventRenewFailed, Err: cause})
+					a.observe(Event{Kind: EventLost, Err: cause})
+				})
+			}
 		}
 		r.mu.Unlock()
-		if r.next.Before(r.a.end) {
-			requeue = append(requeue, r)
-		}
 	}
 	rn.mu.Lock()
-	for _, r := range requeue {
-		if !r.stopped.Load() {
-			heap.Push(&rn.q, r)
+	for _, r := range batch {
+		if r.flight == f {
+			r.flight = nil
 		}
+	}
+	first := false
+	for _, r := range requeue {
+		if !r.stopped.Load() && r.next.Before(r.a.end) {
+			heap.Push(&rn.q, r)
+			first = first || (!rn.until.IsZero() && r.next.Before(rn.until))
+		}
+	}
+	if len(rn.q) > 0 && !rn.run {
+		rn.run = true
+		go rn.loop()
 	}
 	rn.mu.Unlock()
+	if first {
+		select {
+		case rn.wake <- struct{}{}:
+		default:
+		}
+	}
+	// Observers run without any lock held: they may call anything,
+	// Client.Close included.
+	for _, e := range events {
+		e()
+	}
 }
 
-// send renews the batch: renew-many scripts on a standalone server, a
+// send renews the batch: a renew-many script on a standalone server, a
 // pipeline of single renewals on a Cluster (keys of one batch span slots).
-func (rn *renewer) send(ctx context.Context, batch []*renewal) ([]int64, error) {
-	results := make([]int64, 0, len(batch))
+// It returns a result and an error per lease.
+func (rn *renewer) send(ctx context.Context, batch []*renewal) ([]int64, []error) {
+	results := make([]int64, len(batch))
+	errs := make([]error, len(batch))
 	if _, cluster := rn.c.rdb.(*redis.ClusterClient); cluster {
-		return rn.sendCluster(ctx, batch)
+		rn.sendCluster(ctx, batch, results, errs)
+		return results, errs
 	}
-	for start := 0; start < len(batch); start += renewBatchMax {
-		chunk := batch[start:min(start+renewBatchMax, len(batch))]
-		keys := make([]string, len(chunk))
-		args := make([]any, 0, 2*len(chunk))
-		for i, r := range chunk {
-			keys[i] = r.a.k.lock
-			args = append(args, r.a.id, ms(r.a.spec.TTL))
-		}
-		res, err := renewManyScript.Run(ctx, rn.c.rdb, keys, args...).Int64Slice()
-		if err != nil {
-			return nil, err
-		}
-		if len(res) != len(chunk) {
-			return nil, errors.New("lease: unexpected renew reply")
-		}
-		results = append(results, res...)
+	keys := make([]string, len(batch))
+	args := make([]any, 0, 2*len(batch))
+	for i, r := range batch {
+		keys[i] = r.a.k.lock
+		args = append(args, r.a.id, ms(r.a.spec.TTL))
 	}
-	return results, nil
+	res, err := renewManyScript.Run(ctx, rn.c.rdb, keys, args...).Int64Slice()
+	if err == nil && len(res) != len(batch) {
+		err = errors.New("lease: unexpected renew reply")
+	}
+	if err != nil {
+		for i := range errs {
+			errs[i] = err
+		}
+		return results, errs
+	}
+	copy(results, res)
+	return results, errs
 }
 
-func (rn *renewer) sendCluster(ctx context.Context, batch []*renewal) ([]int64, error) {
+func (rn *renewer) sendCluster(ctx context.Context, batch []*renewal, results []int64, errs []error) {
 	for try := 0; ; try++ {
 		pipe := rn.c.rdb.Pipeline()
 		cmds := make([]*redis.Cmd, len(batch))
 		for i, r := range batch {
 			cmds[i] = pipe.EvalSha(ctx, renewScript.Hash(), []string{r.a.k.lock}, r.a.id, ms(r.a.spec.TTL))
 		}
-		_, err := pipe.Exec(ctx)
-		if err != nil && try == 0 && redis.HasErrorPrefix(err, "NOSCRIPT") {
-			if err := renewScript.Load(ctx, rn.c.rdb).Err(); err != nil {
-				return nil, err
-			}
-			continue
-		}
-		if err != nil {
-			return nil, err
-		}
-		out := make([]int64, len(cmds))
+		_, _ = pipe.Exec(ctx)
+		noscript := false
 		for i, c := range cmds {
-			if out[i], err = c.Int64(); err != nil {
-				return nil, err
+			results[i], errs[i] = c.Int64()
+			if errs[i] != nil && redis.HasErrorPrefix(errs[i], "NOSCRIPT") {
+				noscript = true
 			}
 		}
-		return out, nil
+		if !noscript || try > 0 {
+			return
+		}
+		if err := renewScript.Load(ctx, rn.c.rdb).Err(); err != nil {
+			for i := range errs {
+				errs[i] = err
+			}
+			return
+		}
 	}
 }
 
@@ -273,22 +339,12 @@ func minTime(a, b time.Time) time.Time {
 	return a
 }
 
-// ctxOf is a context cancelled when ch closes.
-func ctxOf(ch <-chan struct{}) context.Context { return closedCtx{ch} }
-
-type closedCtx struct{ ch <-chan struct{} }
-
-func (closedCtx) Deadline() (time.Time, bool) { return time.Time{}, false }
-func (c closedCtx) Done() <-chan struct{}     { return c.ch }
-func (c closedCtx) Err() error {
-	select {
-	case <-c.ch:
-		return context.Canceled
-	default:
-		return nil
+func maxTime(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
 	}
+	return a
 }
-func (closedCtx) Value(any) any { return nil }
 
 // renewQueue is a min-heap of renewals by next renewal time.
 type renewQueue []*renewal

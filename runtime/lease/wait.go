@@ -3,208 +3,136 @@ package lease
 import (
 	"context"
 	"errors"
-	"sync"
+	"fmt"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 )
 
-// waitHub lets waiters sleep until a lease's release is published. One
-// subscription connection serves every waiter of a Client; a channel is
-// subscribed while it has waiters. Waiters of one channel form a FIFO queue
-// and a notification wakes the head only, so handoffs go in arrival order
-// within the process and not to whoever loops fastest.
-type waitHub struct {
-	rdb redis.UniversalClient
-
-	mu     sync.Mutex
-	ps     *redis.PubSub
-	queues map[string]*waitQueue
-	closed bool
-	done   chan struct{} // closed when the reader goroutine exits
-}
-
-type waitQueue struct {
-	ready   chan struct{} // closed when the subscription is confirmed
-	isReady bool
-	q       []*waiter
-	// busyUntil is when the current holder's lease ends, as last seen by a
-	// waiter; newcomers queue behind until then at most.
-	busyUntil time.Time
-}
-
-type waiter struct {
-	channel string
-	wake    chan struct{} // buffered(1): a pending notification
-}
-
-func newWaitHub(rdb redis.UniversalClient) *waitHub {
-	return &waitHub{rdb: rdb, queues: map[string]*waitQueue{}}
-}
-
-var errClosed = errors.New("lease: client closed")
-
-// join queues a waiter on channel and returns once the subscription is
-// confirmed (or ctx ends), so that no release published after join returns
-// can be missed.
-func (h *waitHub) join(ctx context.Context, channel string) (*waiter, error) {
-	w := &waiter{channel: channel, wake: make(chan struct{}, 1)}
-	h.mu.Lock()
-	if h.closed {
-		h.mu.Unlock()
-		return nil, errClosed
+// obtain gets the lease: one acquire, and while it is busy and spec.Wait
+// allows, sleeps until the holder's release is published, its lease runs
+// out or a re-check is due, and tries again. Waiting stops in time for the
+// work to get MinValidity of the budget (and the release its reserve); the
+// last try is made at that moment, so a lease freed without notification
+// near the end of the wait is still taken.
+func (a *call) obtain(ctx context.Context) (*Lease, error) {
+	a.id = newID()
+	waitUntil, capped := a.start.Add(a.spec.Wait), false
+	if lim := a.end.Add(-a.reserve - a.spec.MinValidity); !waitUntil.Before(lim) {
+		waitUntil, capped = lim, true
 	}
-	wq := h.queues[channel]
-	subscribe := wq == nil
-	if subscribe {
-		wq = &waitQueue{ready: make(chan struct{})}
-		h.queues[channel] = wq
-	}
-	wq.q = append(wq.q, w)
-	var err error
-	if subscribe {
-		err = h.subscribeLocked(ctx, channel)
-	}
-	ready := wq.ready
-	h.mu.Unlock()
-	if err == nil {
-		select {
-		case <-ready:
-		case <-ctx.Done():
-			err = ctx.Err()
+	hub := a.c.hub
+	var w *waiter
+	defer func() { hub.leave(w) }()
+
+	// A newcomer that finds waiters of this Client queued on the key takes
+	// its turn behind them instead of racing them.
+	if a.spec.Wait > 0 {
+		if queued, busyUntil := hub.ahead(a.k.channel); queued {
+			w, _ = hub.join(a.k.channel)
+			if r := a.sleep(ctx, w, busyUntil, waitUntil); r == ctxDone || r == closed {
+				return nil, a.waitErr(ctx, r)
+			}
 		}
 	}
-	if err != nil {
-		h.leave(w)
-		return nil, err
-	}
-	return w, nil
-}
-
-func (h *waitHub) subscribeLocked(ctx context.Context, channel string) error {
-	if h.ps == nil {
-		h.ps = h.rdb.Subscribe(ctx, channel)
-		h.done = make(chan struct{})
-		go h.read(h.ps.ChannelWithSubscriptions(), h.done)
-		return nil
-	}
-	return h.ps.Subscribe(ctx, channel)
-}
-
-// read dispatches subscription confirmations and release notifications. It
-// runs for the life of the Client's subscription connection.
-func (h *waitHub) read(ch <-chan any, done chan struct{}) {
-	defer close(done)
-	for m := range ch {
-		switch m := m.(type) {
-		case *redis.Subscription:
-			if m.Kind != "subscribe" {
+	for {
+		l, pttl, err := a.acquireOnce(ctx)
+		if err != nil || l != nil {
+			return l, err
+		}
+		now := time.Now()
+		if a.spec.Wait == 0 || !now.Before(waitUntil) {
+			return nil, a.busy(pttl, capped)
+		}
+		busyUntil := time.Time{}
+		if pttl >= 0 {
+			busyUntil = now.Add(pttl)
+		}
+		if w == nil {
+			// Join, then look again if notifications are already flowing: a
+			// release published between the busy reply and the join would
+			// otherwise be missed. If the subscription is not confirmed yet,
+			// its confirmation wakes us for that look.
+			var live bool
+			w, live = hub.join(a.k.channel)
+			hub.sawBusy(a.k.channel, busyUntil)
+			if live {
 				continue
 			}
-			h.mu.Lock()
-			if wq := h.queues[m.Channel]; wq != nil && !wq.isReady {
-				wq.isReady = true
-				close(wq.ready)
-			}
-			// A re-subscription after a reconnect may have missed a
-			// release: wake the head to look again.
-			if wq := h.queues[m.Channel]; wq != nil && len(wq.q) > 0 {
-				signal(wq.q[0])
-			}
-			h.mu.Unlock()
-		case *redis.Message:
-			h.mu.Lock()
-			if wq := h.queues[m.Channel]; wq != nil {
-				wq.busyUntil = time.Time{}
-				if len(wq.q) > 0 {
-					signal(wq.q[0])
-				}
-			}
-			h.mu.Unlock()
+		} else {
+			hub.sawBusy(a.k.channel, busyUntil)
+		}
+		if r := a.sleep(ctx, w, busyUntil, waitUntil); r == ctxDone || r == closed {
+			return nil, a.waitErr(ctx, r)
 		}
 	}
 }
 
-func signal(w *waiter) {
-	select {
-	case w.wake <- struct{}{}:
-	default:
-	}
-}
+type wakeReason uint8
 
-// ahead reports whether other waiters are queued on channel, and until when
-// the lease was last seen busy. A newcomer that finds a queue waits its turn.
-func (h *waitHub) ahead(channel string) (bool, time.Time) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	wq := h.queues[channel]
-	if wq == nil || len(wq.q) == 0 {
-		return false, time.Time{}
-	}
-	return true, wq.busyUntil
-}
+const (
+	wokeUp   wakeReason = iota // a release notification, or the subscription came up
+	expired                    // the holder's lease ran out
+	recheck                    // the re-check interval passed
+	waitOver                   // the wait (or the budget) ended: one last try
+	ctxDone                    // the caller's context ended
+	closed                     // the Client was closed
+)
 
-// sawBusy records when the current holder's lease ends.
-func (h *waitHub) sawBusy(channel string, until time.Time) {
-	h.mu.Lock()
-	if wq := h.queues[channel]; wq != nil {
-		wq.busyUntil = until
+func (a *call) sleep(ctx context.Context, w *waiter, busyUntil, waitUntil time.Time) wakeReason {
+	until, reason := waitUntil, waitOver
+	if !busyUntil.IsZero() && busyUntil.Before(until) {
+		until, reason = busyUntil, expired
 	}
-	h.mu.Unlock()
-}
-
-// leave removes w. A notification w received but did not use passes to the
-// next waiter; the last waiter out unsubscribes.
-func (h *waitHub) leave(w *waiter) {
-	if w == nil {
-		return
+	// Notifications can be missed (a dropped subscription, a missing
+	// permission, a failover, a hold-min that only shortened the TTL):
+	// look again at least every re-check interval.
+	if rc := time.Now().Add(a.c.recheck); rc.Before(until) {
+		until, reason = rc, recheck
 	}
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	wq := h.queues[w.channel]
-	if wq == nil {
-		return
-	}
-	for i, x := range wq.q {
-		if x == w {
-			wq.q = append(wq.q[:i], wq.q[i+1:]...)
-			break
-		}
-	}
-	pending := false
+	t := time.NewTimer(time.Until(until))
+	defer t.Stop()
 	select {
 	case <-w.wake:
-		pending = true
-	default:
-	}
-	if len(wq.q) > 0 {
-		if pending {
-			signal(wq.q[0])
-		}
-		return
-	}
-	delete(h.queues, w.channel)
-	if h.ps != nil && !h.closed {
-		// Under the lock, so that a new join cannot be undone by this
-		// unsubscribe; bounded tightly because other waiters wait for the
-		// lock. If it fails, the channel merely stays subscribed (its
-		// messages find no queue and are dropped).
-		ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
-		_ = h.ps.Unsubscribe(ctx, w.channel)
-		cancel()
+		return wokeUp
+	case <-t.C:
+		return reason
+	case <-ctx.Done():
+		return ctxDone
+	case <-a.c.hub.closing:
+		return closed
 	}
 }
 
-func (h *waitHub) close() error {
-	h.mu.Lock()
-	h.closed = true
-	ps, done := h.ps, h.done
-	h.ps = nil
-	h.mu.Unlock()
-	if ps == nil {
-		return nil
+// busy is the error for a wait that ended without a grant.
+func (a *call) busy(pttl time.Duration, capped bool) error {
+	a.observe(Event{Kind: EventBusy})
+	held := fmt.Sprintf("key %q is held by another owner", a.key)
+	if pttl >= 0 {
+		held += fmt.Sprintf(" for %v more", pttl.Round(time.Millisecond))
 	}
-	err := ps.Close()
-	<-done
-	return err
+	switch {
+	case a.spec.Wait == 0:
+		return fmt.Errorf("%w: %s", ErrBusy, held)
+	case capped:
+		return fmt.Errorf("%w: %s; waited %v of Wait %v: waiting stops %v before the %v budget ends, to leave MinValidity %v for the work and %v for the release",
+			ErrBusy, held, time.Since(a.start).Round(time.Millisecond), a.spec.Wait, (a.spec.MinValidity + a.reserve).Round(time.Millisecond),
+			a.end.Sub(a.start).Round(time.Millisecond), a.spec.MinValidity, a.reserve)
+	}
+	return fmt.Errorf("%w: %s; waited %v", ErrBusy, held, a.spec.Wait)
+}
+
+// waitErr reports why waiting stopped early: the caller's context, or the
+// Client closing.
+func (a *call) waitErr(ctx context.Context, r wakeReason) error {
+	if r == closed {
+		return fmt.Errorf("%w: while waiting for key %q", ErrClosed, a.key)
+	}
+	err := ctx.Err()
+	if errors.Is(err, context.DeadlineExceeded) {
+		a.observe(Event{Kind: EventBusy})
+		return fmt.Errorf("%w: key %q: the caller's deadline passed while waiting: %w", ErrBusy, a.key, err)
+	}
+	if cause := context.Cause(ctx); cause != nil && cause != err {
+		return fmt.Errorf("lease: waiting for key %q: %w (cause: %w)", a.key, err, cause)
+	}
+	return fmt.Errorf("lease: waiting for key %q: %w", a.key, err)
 }

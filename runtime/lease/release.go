@@ -1,0 +1,56 @@
+package lease
+
+import (
+	"context"
+	"fmt"
+	"time"
+)
+
+type released struct {
+	res int64     // 1 released, 2 hold set, 0 not held, -1 held by another
+	err error     // no parsed reply (ErrUnknown) or a refusal (ErrRefused)
+	at  time.Time // when the reply was read
+}
+
+// release deletes the lease if this attempt still holds it (or, with hold >
+// 0, sets the remaining hold as its TTL), on a context detached from the
+// caller's and bounded by the budget. A release whose reply is lost is
+// reported, not retried as a plain DEL; go-redis's own replay of it finds
+// the tombstone the first run left and answers "released" again.
+func (a *call) release(ctx context.Context, hold time.Duration) released {
+	now := time.Now()
+	dl := a.end
+	if floor := now.Add(min(a.reserve, 20*time.Millisecond)); dl.Before(floor) {
+		dl = floor
+	}
+	if cap := now.Add(a.c.releaseTimeout); cap.Before(dl) {
+		dl = cap
+	}
+	rctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), dl)
+	defer cancel()
+	holdMS := int64(0)
+	if hold > 0 {
+		holdMS = ms(hold)
+	}
+	k := a.k
+	res, err := releaseScript.Run(rctx, a.c.rdb, []string{k.lock, k.channel, k.tomb}, a.id, holdMS, "PUBLISH", ms(a.c.tombTTL())).Int64()
+	r := released{res: res, at: time.Now()}
+	if err != nil {
+		class := ErrUnknown
+		if classify(err) != outUnknown {
+			class = ErrRefused
+		}
+		r.err = fmt.Errorf("%w: release of key %q: %w", class, a.key, err)
+		a.observe(Event{Kind: EventReleaseUnconfirmed, Err: r.err})
+		return r
+	}
+	if res > 0 {
+		a.observe(Event{Kind: EventReleased})
+	}
+	return r
+}
+
+// tombTTL is how long a release's tombstone outlives it: longer than any
+// replay of the release by go-redis, which happens within the release's
+// own deadline.
+func (c *Client) tombTTL() time.Duration { return max(time.Second, 4*c.releaseTimeout) }

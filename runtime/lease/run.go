@@ -1,0 +1,107 @@
+package lease
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// run calls fn under the lease: renewal, loss and deadline cancellation,
+// then the release. A lease whose validity ended before fn returned, or that
+// the release finds no longer ours, is lost whatever the timers did.
+func (a *call) run(ctx context.Context, l *Lease, fn func(context.Context) error) (err error) {
+	lctx, cancelLost := context.WithCancelCause(ctx)
+	dctx, cancelDeadline := context.WithDeadlineCause(lctx, a.end.Add(-a.reserve), ErrDeadline)
+	l.ctx, l.cancel = dctx, cancelLost
+	l.holdUntil = a.sent.Add(a.spec.HoldMin)
+	fctx := context.WithValue(dctx, ctxKey{}, l)
+	w := a.watch(l)
+	l.inCall.Store(true)
+
+	returned := false
+	defer func() {
+		l.inCall.Store(false)
+		// Overrun is loss: checked before the timer is disarmed, so a timer
+		// that could not run in time (a busy CPU) changes nothing.
+		validAtReturn := l.valid()
+		if time.Now().After(validAtReturn) {
+			l.lose(a.lossCause(l, "the function returned after the lease's validity ended"))
+		}
+		deadlineHit := dctx.Err() != nil && errors.Is(context.Cause(dctx), ErrDeadline)
+		w.stop()
+		cancelLost(errEnded) // first: dctx and nested calls inherit this cause
+		cancelDeadline()
+
+		l.mu.Lock()
+		hold := time.Until(l.holdUntil)
+		l.mu.Unlock()
+		r := a.release(ctx, hold)
+		if r.err == nil && r.res <= 0 && !r.at.After(validAtReturn) {
+			// Answered within our validity: the key was not ours while we
+			// were entitled to it (deleted from outside, or a failover that
+			// lost it, then possibly taken).
+			what := "the key no longer held this lease (deleted from outside, or lost in a failover)"
+			if r.res < 0 {
+				what = "the key was held by another owner"
+			}
+			l.lose(fmt.Errorf("%w: key %q: at release, %s", ErrLost, a.key, what))
+		}
+		if !returned {
+			return // fn panicked: the panic goes on after the cleanup
+		}
+		switch {
+		case l.isLost():
+			err = lostErr(l.Err(), err)
+		case deadlineHit:
+			a.observe(Event{Kind: EventDeadlineExceeded})
+			err = deadlineErr(a, err)
+		}
+	}()
+	err = fn(fctx)
+	returned = true
+	return err
+}
+
+// lossCause is the cause of a loss detected by the clock, with the last
+// renewal failure when there was one.
+func (a *call) lossCause(l *Lease, what string) error {
+	l.mu.Lock()
+	last := l.lastErr
+	l.mu.Unlock()
+	if last != nil {
+		return fmt.Errorf("%w: key %q: %s (last renewal: %w)", ErrLost, a.key, what, last)
+	}
+	return fmt.Errorf("%w: key %q: %s", ErrLost, a.key, what)
+}
+
+// watcher watches one lease while fn runs: the validity timer cancels fn's
+// context at valid-until, whatever renewal is doing, so loss cancels fn at
+// once rather than at the next renewal; the Client's renewer extends it.
+type watcher struct {
+	r      *renewal
+	expiry *time.Timer
+}
+
+func (a *call) watch(l *Lease) *watcher {
+	w := &watcher{}
+	w.expiry = time.AfterFunc(time.Until(l.valid()), func() {
+		if l.isLost() || !l.inCall.Load() {
+			return
+		}
+		if left := time.Until(l.valid()); left > 0 {
+			w.expiry.Reset(left) // renewed meanwhile
+			return
+		}
+		l.lose(a.lossCause(l, "its validity ran out before a renewal was confirmed"))
+	})
+	interval := a.spec.TTL / 3
+	w.r = &renewal{a: a, l: l, interval: interval, next: a.sent.Add(interval), index: -1}
+	a.c.renew.add(w.r)
+	return w
+}
+
+func (w *watcher) stop() {
+	w.r.a.c.renew.remove(w.r)
+	w.expiry.Stop()
+}
