@@ -8,6 +8,7 @@ import (
 	"sort"
 	"strings"
 	"testing"
+	"unicode"
 
 	"github.com/yuin/goldmark"
 	"github.com/yuin/goldmark/ast"
@@ -189,9 +190,34 @@ func TestRenderCheckFindsOpenFence(t *testing.T) {
 	}
 }
 
-// Relative links and images in README.md point at files that exist.
+// anchor is the fragment GitHub gives a heading: lower case, punctuation
+// other than '-' and '_' dropped, spaces as '-'.
+func anchor(heading string) string {
+	var b strings.Builder
+	for _, r := range strings.ToLower(heading) {
+		switch {
+		case r == ' ':
+			b.WriteByte('-')
+		case r == '-' || r == '_' || unicode.IsLetter(r) || unicode.IsDigit(r):
+			b.WriteRune(r)
+		}
+	}
+	return b.String()
+}
+
+// Relative links and images in README.md point at files that exist, and
+// links to #fragments at headings.
 func TestReadmeLinks(t *testing.T) {
 	m := readme(t)
+	if got, want := anchor("Lock discipline at build time (`leasecheck`)"), "lock-discipline-at-build-time-leasecheck"; got != want {
+		t.Fatalf("anchor = %q, want %q", got, want)
+	}
+	anchors := map[string]bool{}
+	headings, _ := m.intended()
+	lines := m.lines()
+	for l := range headings {
+		anchors[anchor(strings.TrimSpace(strings.TrimLeft(lines[l-1], "#")))] = true
+	}
 	var checked int
 	ast.Walk(m.doc, func(n ast.Node, entering bool) (ast.WalkStatus, error) {
 		if !entering {
@@ -204,6 +230,13 @@ func TestReadmeLinks(t *testing.T) {
 		case *ast.Image:
 			dest = string(n.Destination)
 		default:
+			return ast.WalkContinue, nil
+		}
+		if strings.HasPrefix(dest, "#") {
+			checked++
+			if !anchors[dest[1:]] {
+				t.Errorf("README.md: link to %q: no heading has that anchor", dest)
+			}
 			return ast.WalkContinue, nil
 		}
 		path := dest
