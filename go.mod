@@ -7,6 +7,7 @@ require (
 	github.com/dave/jennifer v1.7.1
 	github.com/jackc/pgx/v5 v5.12.0
 	github.com/redis/go-redis/v9 v9.23.0
+	github.com/yuin/goldmark v1.8.7
 	go.uber.org/goleak v1.3.0
 	golang.org/x/tools v0.52.0
 )

@@ -3,8 +3,10 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"os"
+	"strings"
 	"sync"
 	"time"
 
@@ -16,12 +18,64 @@ import (
 	"github.com/leasegen/leasegen/runtime/leasetest"
 )
 
+// config is what one run of the example talks to.
+type config struct {
+	redisURL string // "" for an embedded miniredis
+	dbURL    string // "" for an in-memory ledger
+	// prefix namespaces every Redis key of the run (lease.WithPrefix);
+	// against REDIS_URL the run deletes its keys at the end.
+	prefix string
+}
+
+// defaultPrefix is unique per run, so runs never share leases or tokens.
+func defaultPrefix() string { return fmt.Sprintf("leasegen-example-%d:", time.Now().UnixNano()) }
+
+// counterTTL bounds how long a fence counter outlives its last grant here
+// (the runtime's default is 24h): if a run is killed before it cleans up,
+// its counters are gone a minute later. Tokens still increase across the
+// counter's expiry (they are floored by the server's clock).
+const counterTTL = time.Minute
+
 func main() {
-	if err := run(context.Background(), os.Getenv("REDIS_URL"), os.Getenv("DATABASE_URL")); err != nil {
+	cfg := config{redisURL: os.Getenv("REDIS_URL"), dbURL: os.Getenv("DATABASE_URL")}
+	flag.StringVar(&cfg.prefix, "prefix", defaultPrefix(), "namespace of the run's Redis keys; with REDIS_URL they are deleted at the end")
+	flag.Parse()
+	if err := run(context.Background(), cfg); err != nil {
 		fmt.Fprintln(os.Stderr, "example:", err)
 		os.Exit(1)
 	}
 }
+
+// cleanup deletes the keys under prefix: the run's lock, hold and fence
+// counter keys. It scans with a pattern that matches the prefix literally.
+func cleanup(ctx context.Context, rdb *redis.Client, prefix string) (int, error) {
+	pattern := globEscaper.Replace(prefix) + "*"
+	n := 0
+	iter := rdb.Scan(ctx, 0, pattern, 500).Iterator()
+	var batch []string
+	flush := func() error {
+		if len(batch) == 0 {
+			return nil
+		}
+		k, err := rdb.Unlink(ctx, batch...).Result()
+		n += int(k)
+		batch = batch[:0]
+		return err
+	}
+	for iter.Next(ctx) {
+		if batch = append(batch, iter.Val()); len(batch) == 500 {
+			if err := flush(); err != nil {
+				return n, err
+			}
+		}
+	}
+	if err := iter.Err(); err != nil {
+		return n, err
+	}
+	return n, flush()
+}
+
+var globEscaper = strings.NewReplacer(`\`, `\\`, `*`, `\*`, `?`, `\?`, `[`, `\[`, `]`, `\]`)
 
 // counter is the example's Observer: it counts events by kind.
 type counter struct {
@@ -81,7 +135,7 @@ func connect(url string) (*redis.Client, func(), error) {
 
 // partitionedNode is a second lease client whose connections run through a
 // fault proxy, so the demo can cut it off from Redis.
-func partitionedNode(rdb *redis.Client, obs lease.Observer) (*lease.Client, func(bool), func(), error) {
+func partitionedNode(rdb *redis.Client, obs lease.Observer, prefix string) (*lease.Client, func(bool), func(), error) {
 	p, err := leasetest.NewProxy(rdb.Options().Addr)
 	if err != nil {
 		return nil, nil, nil, err
@@ -91,7 +145,7 @@ func partitionedNode(rdb *redis.Client, obs lease.Observer) (*lease.Client, func
 	o.PushNotificationProcessor = nil
 	o.MaxRetries = 1
 	arb := redis.NewClient(&o)
-	c, err := lease.New(arb, lease.WithObserver(obs), lease.WithPrefix(prefix))
+	c, err := lease.New(arb, lease.WithObserver(obs), lease.WithPrefix(prefix), lease.WithCounterTTL(counterTTL))
 	if err != nil {
 		return nil, nil, nil, err
 	}
@@ -105,29 +159,40 @@ func partitionedNode(rdb *redis.Client, obs lease.Observer) (*lease.Client, func
 	return c, cut, func() { c.Close(); arb.Close(); p.Close() }, nil
 }
 
-var prefix = fmt.Sprintf("example-%d:", time.Now().UnixNano())
-
-func run(ctx context.Context, url, dbURL string) error {
-	rdb, closeRedis, err := connect(url)
+func run(ctx context.Context, cfg config) (err error) {
+	if cfg.prefix == "" {
+		cfg.prefix = defaultPrefix()
+	}
+	rdb, closeRedis, err := connect(cfg.redisURL)
 	if err != nil {
 		return err
 	}
 	defer closeRedis()
 	where := "embedded miniredis (set REDIS_URL=redis://host:6379 for a real server)"
-	if url != "" {
+	if cfg.redisURL != "" {
 		where = "REDIS_URL"
+		// Runs after the lease clients below are closed (defers run in
+		// reverse), so nothing recreates a key once it is deleted.
+		defer func() {
+			n, cerr := cleanup(context.WithoutCancel(ctx), rdb, cfg.prefix)
+			if cerr != nil {
+				err = errors.Join(err, fmt.Errorf("deleting the keys under %q: %w", cfg.prefix, cerr))
+				return
+			}
+			fmt.Printf("\nDeleted this run's %d Redis keys (prefix %q).\n", n, cfg.prefix)
+		}()
 	}
 	fmt.Println("leasegen example: Redis =", where)
 
 	obs := &counter{n: map[lease.EventKind]int{}}
-	leases, err := lease.New(rdb, lease.WithObserver(obs), lease.WithPrefix(prefix))
+	leases, err := lease.New(rdb, lease.WithObserver(obs), lease.WithPrefix(cfg.prefix), lease.WithCounterTTL(counterTTL))
 	if err != nil {
 		return err
 	}
 	defer leases.Close()
 	var ledger Ledger = newMemLedger()
-	if dbURL != "" {
-		pg, err := newPGLedger(ctx, dbURL, fmt.Sprintf("leasegen_example_%d", time.Now().UnixNano()))
+	if cfg.dbURL != "" {
+		pg, err := newPGLedger(ctx, cfg.dbURL, fmt.Sprintf("leasegen_example_%d", time.Now().UnixNano()))
 		if err != nil {
 			return err
 		}
@@ -176,7 +241,7 @@ func run(ctx context.Context, url, dbURL string) error {
 	wg.Wait()
 
 	fmt.Println("\n3. Node A is cut off from Redis mid-write (renewals fail); node B takes over.")
-	nodeA, partition, closeA, err := partitionedNode(rdb, obs)
+	nodeA, partition, closeA, err := partitionedNode(rdb, obs, cfg.prefix)
 	if err != nil {
 		return err
 	}

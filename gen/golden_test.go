@@ -29,8 +29,7 @@ func TestGolden(t *testing.T) {
 	if len(cases) < 25 {
 		t.Fatalf("found %d golden cases, want at least 25", len(cases))
 	}
-	// The temporary module may need go.mod updates; the module cache has
-	// everything, so no network is used.
+	// The temporary module may need go.mod updates (see gentest.Env).
 	gentest.Env(t)
 	mod := t.TempDir()
 	gentest.WriteModule(t, mod)

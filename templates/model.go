@@ -1,6 +1,3 @@
-// Package templates holds the jennifer emitters of leasegen, one per wrapper
-// shape, in a named registry. Their input is the model below, which the gen
-// package precomputes: templates never inspect go/types.
 package templates
 
 import (

@@ -1,3 +1,130 @@
+// Package lease runs Go functions while holding a Redis lease, and stays
+// correct under timeouts, process pauses and failover. It is the runtime of
+// leasegen: the wrappers leasegen generates from //lease:lock directives call
+// only [Client.Do], and code can call Do directly.
+//
+//	leases, err := lease.New(rdb) // rdb: a *redis.Client or *redis.ClusterClient
+//	...
+//	err = leases.Do(ctx, "orders:"+lease.KeyPart(orderID),
+//		lease.Spec{TTL: 10 * time.Second, Deadline: time.Minute, Wait: 2 * time.Second, Fence: true},
+//		func(ctx context.Context) error {
+//			tok, _ := lease.TokenFrom(ctx)
+//			return ledger.Charge(ctx, orderID, tok) // the ledger refuses older tokens
+//		})
+//
+// # A call: acquire, wait, run and renew, release
+//
+// Every phase of Do is bounded by the call's budget: the earlier of ctx's
+// deadline and start+[Spec.Deadline], less a reserve for the release. Do
+// returns by then (plus a few milliseconds) even when Redis stops answering,
+// whatever the go-redis client's read timeout.
+//
+//   - Acquire. One round trip: a Lua script grants the lease to a fresh
+//     128-bit identity of this attempt (with [Spec.Fence], minting the
+//     fencing token in the same script), or answers busy with the holder's
+//     remaining TTL. The script is safe to replay: when go-redis re-sends it
+//     after a lost reply, the key already holds this attempt's identity and
+//     the answer is "granted" again, with the same token, never busy. A
+//     monotonic clock starts before the request is sent; the grant is valid
+//     until send time + TTL − drift (drift: 1% of TTL + 2ms). A grant with
+//     less than [Spec.MinValidity] left is released and Do returns
+//     [ErrLowValidity].
+//   - Wait. A busy lease is waited for at most [Spec.Wait]: the waiter
+//     sleeps until a release notification on the key's channel (one shared
+//     subscription per Client) or the holder's TTL runs out, then tries
+//     again. A missed notification costs at most a bounded re-check, and a
+//     last attempt is always made before Do gives up with [ErrBusy] (or,
+//     with [BusySkip], returns nil without calling fn). Waiting stops early
+//     when fn could no longer get its MinValidity within the budget.
+//   - Run and renew. fn runs with a context that carries the lease
+//     ([FromContext], [TokenFrom]) and ends before the release reserve.
+//     Every TTL/3 a compare-identity PEXPIRE renews the lease: a confirmed
+//     renewal sent at t makes it valid until t + TTL − drift, an unknown
+//     outcome extends nothing, and "not the owner" means the lease is lost.
+//     When the validity runs out or the lease is found lost, fn's context is
+//     cancelled at once with cause [ErrLost]; when the budget runs out, with
+//     cause [ErrDeadline]. There is no renewal past the deadline.
+//   - Release. A compare-identity delete (with [Spec.HoldMin], a shortening
+//     of the TTL to the rest of the hold) on a context detached from ctx, so
+//     a cancelled request still releases, bounded by [WithReleaseTimeout]. It
+//     never deletes or extends another holder's lease. A release whose reply
+//     is lost is reported ([EventReleaseUnconfirmed]), not retried as a
+//     plain DEL; the TTL ends the lease.
+//
+// # Errors
+//
+// Test errors with [errors.Is]. An error of Do wraps one of these classes
+// together with its cause (the transport error, fn's error,
+// [context.DeadlineExceeded]):
+//
+//   - [ErrBusy]: Redis answered "held by another" until the wait ran out.
+//     fn was not called.
+//   - [ErrUnknown]: a request was sent and no reply was read (timeout, EOF,
+//     reset, cancelled context): the lease may have been granted. fn was not
+//     called, and one bounded conditional release with the same identity was
+//     sent; the error says so if that release is unconfirmed too. Unknown is
+//     never reported as busy.
+//   - [ErrLowValidity]: granted too late to enter; fn was not called.
+//   - [ErrLost]: the lease ended while fn ran, fn returned after its
+//     validity, or the release found that the key was no longer ours. Do
+//     returns it even when fn returned nil: fn's side effects ran partly
+//     unprotected, and the caller must know.
+//   - [ErrDeadline]: the total budget ran out; the error also wraps
+//     context.DeadlineExceeded, and fn's [context.Cause] is ErrDeadline.
+//   - [ErrBadKey]: an empty key, or a key part that could not be built.
+//   - Definite failures are none of the above: nothing was sent (dial, TLS)
+//     or the server refused the command (NOPERM, READONLY, OOM, ...). The
+//     error names the cause; fn was not called and no release is needed.
+//
+// Otherwise Do returns fn's own error, or an error wrapping ctx.Err() when
+// the caller's ctx was cancelled while waiting. When fn returned nil and
+// ctx was cancelled afterwards, Do returns nil (the release goes on,
+// detached). Every outcome is also reported to the [Observer] given with
+// [WithObserver].
+//
+// # Reentrancy
+//
+// A nested Do on the same Client and key inside fn reuses the outer lease
+// (no new acquire, the same token), but only while the outer call is still
+// running and its lease is provably valid: a context that outlived its call,
+// or whose lease was lost, gets no reentry. The inner Spec still applies: its
+// Deadline bounds the inner fn, its MinValidity is checked against the outer
+// lease's remaining validity, and Fence under an unfenced outer lease is an
+// error, never a silently missing token. Different keys nest normally;
+// [TokenFrom] returns the token of the innermost fenced lease.
+//
+// # Failure model
+//
+// A Redis lease is an efficiency and coordination tool, not a consensus
+// lock. Asynchronous replication can lose a grant on failover; a paused
+// process keeps running after its lease ends; cancellation is cooperative,
+// so a write already sent cannot be recalled.
+//
+// What Do guarantees: it never calls fn on an unknown or insufficient grant;
+// it tells fn when its lease ends (its context is cancelled with a cause); it
+// never deletes or extends another holder's lease; and with fencing and a
+// resource that checks tokens (package runtime/fence), a stale holder's late
+// write is rejected.
+//
+// What it cannot guarantee: mutual exclusion across a failover that loses
+// the last grants, or for side effects on resources that do not check
+// fencing tokens. Tokens are max(counter + 1, server time in µs), so they
+// keep increasing across the counter's expiry ([WithCounterTTL]), FLUSHALL
+// and restarts without persistence, but not across a server clock that
+// steps back or a new primary whose clock is behind the old one's.
+// [WithReplicas] makes each grant wait for replica acknowledgement before fn
+// is entered.
+//
+// # Keys and Redis Cluster
+//
+// Do maps the key into the runtime's namespace ([WithPrefix], default
+// "lease:"), so no user key can reach the runtime's own counter and channel
+// keys. Build keys from values with [KeyPart], which escapes separators so
+// that distinct values give distinct keys. All keys of one lease share one
+// hash tag, so on Redis Cluster each script touches one slot; release
+// notifications use classic pub/sub, which the cluster broadcasts, so one
+// subscription per Client serves every shard. A redis.Ring is refused: it
+// moves keys between shards, which would split a lease.
 package lease
 
 import (

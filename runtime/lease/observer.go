@@ -9,7 +9,7 @@ import (
 // EventKind names what happened to a lease.
 type EventKind uint8
 
-// The events an Observer receives (DESIGN §6).
+// The events an Observer receives.
 const (
 	EventAcquired           EventKind = iota + 1 // granted and entered; Event.Wait is the time spent getting it
 	EventBusy                                    // held by another for the whole wait
