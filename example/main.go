@@ -104,6 +104,7 @@ func connect(url string) (*redis.Client, func(), error) {
 		if err != nil {
 			return nil, nil, fmt.Errorf("REDIS_URL: %w", err)
 		}
+		opt.ContextTimeoutEnabled = true // lease.New requires it: deadlines must reach socket reads
 		rdb := redis.NewClient(opt)
 		return rdb, func() { rdb.Close() }, rdb.Ping(context.Background()).Err()
 	}
@@ -129,7 +130,7 @@ func connect(url string) (*redis.Client, func(), error) {
 			}
 		}
 	}()
-	rdb := redis.NewClient(&redis.Options{Addr: m.Addr()})
+	rdb := redis.NewClient(&redis.Options{Addr: m.Addr(), ContextTimeoutEnabled: true})
 	return rdb, func() { rdb.Close(); close(stop); <-done; m.Close() }, nil
 }
 

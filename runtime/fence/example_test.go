@@ -23,7 +23,7 @@ func ExampleFrom() {
 		return
 	}
 	defer srv.Stop()
-	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), ContextTimeoutEnabled: true})
 	defer rdb.Close()
 	leases, err := lease.New(rdb)
 	if err != nil {

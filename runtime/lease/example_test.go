@@ -15,7 +15,7 @@ import (
 // see TestMain); a service passes its own go-redis client to lease.New.
 
 func ExampleClient_Do() {
-	rdb := redis.NewClient(&redis.Options{Addr: shared.Addr()})
+	rdb := redis.NewClient(&redis.Options{Addr: shared.Addr(), ContextTimeoutEnabled: true})
 	defer rdb.Close()
 	leases, err := lease.New(rdb)
 	if err != nil {
@@ -61,7 +61,7 @@ func ExampleClient_Do() {
 // cause ErrDeadline, and Do's error wraps ErrDeadline and
 // context.DeadlineExceeded.
 func ExampleClient_Do_deadline() {
-	rdb := redis.NewClient(&redis.Options{Addr: shared.Addr()})
+	rdb := redis.NewClient(&redis.Options{Addr: shared.Addr(), ContextTimeoutEnabled: true})
 	defer rdb.Close()
 	leases, err := lease.New(rdb)
 	if err != nil {
@@ -88,7 +88,7 @@ func ExampleClient_Do_deadline() {
 // per key; the protected resource keeps the newest token it has accepted and
 // refuses older ones (package runtime/fence does that).
 func ExampleTokenFrom() {
-	rdb := redis.NewClient(&redis.Options{Addr: shared.Addr()})
+	rdb := redis.NewClient(&redis.Options{Addr: shared.Addr(), ContextTimeoutEnabled: true})
 	defer rdb.Close()
 	leases, err := lease.New(rdb)
 	if err != nil {
@@ -130,7 +130,7 @@ func ExampleTokenFrom() {
 // An Observer sees every outcome of every call, synchronously and in
 // order; metrics, traces and logs are adapters of this one method.
 func ExampleWithObserver() {
-	rdb := redis.NewClient(&redis.Options{Addr: shared.Addr()})
+	rdb := redis.NewClient(&redis.Options{Addr: shared.Addr(), ContextTimeoutEnabled: true})
 	defer rdb.Close()
 	obs := lease.ObserverFunc(func(e lease.Event) {
 		fmt.Printf("%s %s", e.Kind, e.Key)

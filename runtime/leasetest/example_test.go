@@ -36,7 +36,7 @@ func ExampleRunTests() {
 	defer srv.Stop() // RunTests: after the tests
 
 	// A test: a Client on srv with a Recorder, and assertions on the events.
-	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr()}) // in a test: srv.Client(t)
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), ContextTimeoutEnabled: true}) // in a test: srv.Client(t)
 	defer rdb.Close()
 	rec := &leasetest.Recorder{}
 	c, err := lease.New(rdb, lease.WithObserver(rec))
