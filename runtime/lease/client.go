@@ -18,6 +18,7 @@ type Client struct {
 
 	prefix         string
 	obs            Observer
+	callObs        CallObserver // obs, when it wants to hear of each call's start
 	replicas       int
 	replicaTimeout time.Duration
 	releaseTimeout time.Duration
@@ -160,6 +161,7 @@ func New(rdb redis.UniversalClient, opts ...Option) (*Client, error) {
 	default:
 		return nil, fmt.Errorf("lease: unsupported client %T: need a *redis.Client or *redis.ClusterClient (the runtime must know that context deadlines reach socket reads)", rdb)
 	}
+	c.callObs, _ = c.obs.(CallObserver)
 	c.hub = newWaitHub(c)
 	c.renew = newRenewer(c)
 	return c, nil

@@ -42,7 +42,11 @@ func (c *Client) Do(ctx context.Context, key string, spec Spec, fn func(ctx cont
 	if err != nil {
 		return err
 	}
-	a := &call{c: c, ctx: ctx, key: key, spec: spec, start: time.Now()}
+	start := time.Now()
+	if c.callObs != nil {
+		ctx = c.callObs.StartCall(ctx, spec.Name, key)
+	}
+	a := &call{c: c, ctx: ctx, key: key, spec: spec, start: start}
 	a.end = a.start.Add(spec.Deadline)
 	if d, ok := ctx.Deadline(); ok && d.Before(a.end) {
 		a.end = d
@@ -85,6 +89,8 @@ type call struct {
 	end     time.Time // start+Deadline, or ctx's deadline if earlier
 	reserve time.Duration
 	sent    time.Time // when the granting acquire was sent
+	entered time.Time // when fn was entered (zero if it was not)
+	waiting bool      // EventWaiting was reported
 	token   Token
 }
 

@@ -27,6 +27,7 @@ const (
 	EventSkipped                                 // busy for the whole wait and Spec.Busy is BusySkip: fn was not called
 	EventRefused                                 // the acquire was definitely not executed (Err wraps ErrRefused and names the cause)
 	EventSubscriptionFailed                      // release notifications are interrupted; waiters re-check until they resume (no call: Ctx is Background, Key empty)
+	EventWaiting                                 // the first attempt found the lease busy and the call waits (Spec.Wait > 0); one per call at most
 )
 
 var eventNames = [...]string{
@@ -46,6 +47,7 @@ var eventNames = [...]string{
 	EventSkipped:            "skipped",
 	EventRefused:            "refused",
 	EventSubscriptionFailed: "subscription_failed",
+	EventWaiting:            "waiting",
 }
 
 func (k EventKind) String() string {
@@ -58,17 +60,26 @@ func (k EventKind) String() string {
 // Event is one observation. Fields that do not apply are zero.
 type Event struct {
 	Kind EventKind
-	// Ctx is the context of the call the event belongs to (the caller's
-	// ctx passed to Do), so that adapters can parent spans and read
+	// Ctx is the context of the call the event belongs to: the caller's
+	// ctx passed to Do, as returned by a CallObserver's StartCall, so that
+	// adapters can parent spans, find per-call state and read
 	// request-scoped values. Events of background work (renewals) carry the
-	// same ctx as their call. Never nil for events of a call.
+	// same ctx as their call. Never nil.
 	Ctx   context.Context
-	Name  string        // Spec.Name: a low-cardinality name for metrics and spans
-	Key   string        // the user's key, as passed to Do
-	Token Token         // fencing token of the grant (0 without fence)
-	Start time.Time     // when the call started (for spans)
-	Wait  time.Duration // EventAcquired: time from the call's start to entry
-	Err   error         // the uncertain or failing outcome, when there is one
+	Name  string    // Spec.Name: a low-cardinality name for metrics and spans
+	Key   string    // the user's key, as passed to Do
+	Token Token     // fencing token of the grant (0 without fence)
+	Start time.Time // when the call started (for spans)
+	// Wait is, for EventAcquired, the time from the call's start to entry.
+	Wait time.Duration
+	// Took is how long the step took: the release round trip
+	// (EventReleased, EventReleaseUnconfirmed), the renewal round trip
+	// (EventRenewed, EventRenewFailed).
+	Took time.Duration
+	// Held is, for EventReleased and EventReleaseUnconfirmed after work,
+	// the time from entry to the release.
+	Held time.Duration
+	Err  error // the uncertain or failing outcome, when there is one
 }
 
 // Observer receives lease events. Observe is called synchronously on the
@@ -78,6 +89,16 @@ type Event struct {
 // renewal goroutine; one may arrive just after its call's EventDone.
 type Observer interface {
 	Observe(Event)
+}
+
+// A CallObserver is also told when each call starts, before anything is
+// sent. The context it returns becomes the call's context: fn runs under it
+// and every event of the call carries it (Event.Ctx). Adapters use it to
+// start a span that parents the protected work, and to keep per-call state
+// (a value in the context) that later events find.
+type CallObserver interface {
+	Observer
+	StartCall(ctx context.Context, name, key string) context.Context
 }
 
 // ObserverFunc adapts a function to Observer.
@@ -94,6 +115,16 @@ func (os Observers) Observe(e Event) {
 	for _, o := range os {
 		o.Observe(e)
 	}
+}
+
+// StartCall passes ctx through the StartCall of each CallObserver, in order.
+func (os Observers) StartCall(ctx context.Context, name, key string) context.Context {
+	for _, o := range os {
+		if co, ok := o.(CallObserver); ok {
+			ctx = co.StartCall(ctx, name, key)
+		}
+	}
+	return ctx
 }
 
 type nopObserver struct{}

@@ -35,17 +35,22 @@ func (a *call) release(ctx context.Context, hold time.Duration) released {
 	k := a.k
 	res, err := releaseScript.Run(rctx, a.c.rdb, []string{k.lock, k.channel, k.tomb}, a.id, holdMS, "PUBLISH", ms(a.c.tombTTL())).Int64()
 	r := released{res: res, at: time.Now()}
+	took := r.at.Sub(now)
+	var held time.Duration
+	if !a.entered.IsZero() {
+		held = now.Sub(a.entered)
+	}
 	if err != nil {
 		class := ErrUnknown
 		if classify(err) != outUnknown {
 			class = ErrRefused
 		}
 		r.err = fmt.Errorf("%w: release of key %q: %w", class, a.key, err)
-		a.observe(Event{Kind: EventReleaseUnconfirmed, Err: r.err})
+		a.observe(Event{Kind: EventReleaseUnconfirmed, Took: took, Held: held, Err: r.err})
 		return r
 	}
 	if res > 0 {
-		a.observe(Event{Kind: EventReleased})
+		a.observe(Event{Kind: EventReleased, Took: took, Held: held})
 	}
 	return r
 }

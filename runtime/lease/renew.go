@@ -203,6 +203,7 @@ func (rn *renewer) renew(ctx context.Context, f *flight, batch []*renewal) {
 	defer f.cancel()
 	sent := time.Now()
 	results, errs := rn.send(ctx, batch)
+	took := time.Since(sent)
 
 	var events []func()
 	var requeue []*renewal
@@ -225,19 +226,19 @@ func (rn *renewer) renew(ctx context.Context, f *flight, batch []*renewal) {
 			l.mu.Lock()
 			l.lastErr = e
 			l.mu.Unlock()
-			events = append(events, func() { a.observe(Event{Kind: EventRenewFailed, Err: e}) })
+			events = append(events, func() { a.observe(Event{Kind: EventRenewFailed, Took: took, Err: e}) })
 			r.next = time.Now().Add(max(r.interval/3, time.Millisecond))
 			requeue = append(requeue, r)
 		case res == 1:
 			l.extend(sent.Add(ttl - drift(ttl)))
-			events = append(events, func() { a.observe(Event{Kind: EventRenewed}) })
+			events = append(events, func() { a.observe(Event{Kind: EventRenewed, Took: took}) })
 			r.next = sent.Add(r.interval)
 			requeue = append(requeue, r)
 		default:
 			cause := fmt.Errorf("%w: key %q: renewal refused: the key no longer holds this lease (it expired, was deleted from outside, or was taken)", ErrLost, a.key)
 			if l.cut(cause) {
 				events = append(events, func() {
-					a.observe(Event{Kind: EventRenewFailed, Err: cause})
+					a.observe(Event{Kind: EventRenewFailed, Took: took, Err: cause})
 					a.observe(Event{Kind: EventLost, Err: cause})
 				})
 			}

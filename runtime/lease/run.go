@@ -58,6 +58,7 @@ func (a *call) run(ctx context.Context, l *Lease, fn func(context.Context) error
 			err = deadlineErr(a, err)
 		}
 	}()
+	a.entered = time.Now()
 	err = fn(fctx)
 	returned = true
 	return err

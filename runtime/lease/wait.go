@@ -27,6 +27,8 @@ func (a *call) obtain(ctx context.Context) (*Lease, error) {
 	// its turn behind them instead of racing them.
 	if a.spec.Wait > 0 {
 		if queued, busyUntil := hub.ahead(a.k.channel); queued {
+			a.waiting = true
+			a.observe(Event{Kind: EventWaiting})
 			w, _ = hub.join(a.k.channel)
 			if r := a.sleep(ctx, w, busyUntil, waitUntil); r == ctxDone || r == closed {
 				return nil, a.waitErr(ctx, r)
@@ -45,6 +47,10 @@ func (a *call) obtain(ctx context.Context) (*Lease, error) {
 		busyUntil := time.Time{}
 		if pttl >= 0 {
 			busyUntil = now.Add(pttl)
+		}
+		if !a.waiting {
+			a.waiting = true
+			a.observe(Event{Kind: EventWaiting})
 		}
 		if w == nil {
 			// Join, then look again if notifications are already flowing: a

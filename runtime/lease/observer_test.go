@@ -1,0 +1,75 @@
+package lease_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/leasegen/leasegen/runtime/lease"
+)
+
+type callKey struct{}
+
+// callObs marks each call's context and records the events it sees.
+type callObs struct {
+	mu     sync.Mutex
+	starts int
+	events []lease.Event
+}
+
+func (o *callObs) StartCall(ctx context.Context, name, key string) context.Context {
+	o.mu.Lock()
+	o.starts++
+	o.mu.Unlock()
+	return context.WithValue(ctx, callKey{}, name+"|"+key)
+}
+
+func (o *callObs) Observe(e lease.Event) {
+	o.mu.Lock()
+	o.events = append(o.events, e)
+	o.mu.Unlock()
+}
+
+// A CallObserver's context becomes the call's: fn runs under it and every
+// event of the call carries it, with the spec's name and the timings.
+func TestCallObserverContextReachesFnAndEvents(t *testing.T) {
+	obs := &callObs{}
+	c, _ := sharedClient(t, lease.WithObserver(lease.Observers{obs, lease.ObserverFunc(func(lease.Event) {})}))
+	key := uniqueKey(t)
+	s := lease.Spec{TTL: 150 * time.Millisecond, Deadline: 5 * time.Second, Name: "orders.(*Server).charge"}
+	want := s.Name + "|" + key
+	err := c.Do(context.Background(), key, s, func(ctx context.Context) error {
+		if got, _ := ctx.Value(callKey{}).(string); got != want {
+			t.Errorf("fn's ctx value %q, want %q", got, want)
+		}
+		time.Sleep(120 * time.Millisecond) // a renewal falls in
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	obs.mu.Lock()
+	defer obs.mu.Unlock()
+	if obs.starts != 1 {
+		t.Fatalf("StartCall called %d times", obs.starts)
+	}
+	kinds := map[lease.EventKind]lease.Event{}
+	for _, e := range obs.events {
+		if got, _ := e.Ctx.Value(callKey{}).(string); got != want || e.Name != s.Name {
+			t.Errorf("%v: ctx value %q name %q", e.Kind, got, e.Name)
+		}
+		kinds[e.Kind] = e
+	}
+	for _, k := range []lease.EventKind{lease.EventAcquired, lease.EventRenewed, lease.EventReleased, lease.EventDone} {
+		if _, ok := kinds[k]; !ok {
+			t.Errorf("no %v event", k)
+		}
+	}
+	if r := kinds[lease.EventReleased]; r.Took <= 0 || r.Held < 120*time.Millisecond {
+		t.Errorf("released: Took %v Held %v", r.Took, r.Held)
+	}
+	if r := kinds[lease.EventRenewed]; r.Took <= 0 {
+		t.Errorf("renewed: Took %v", r.Took)
+	}
+}
