@@ -344,6 +344,13 @@ func (h *waitHub) read(ps *redis.PubSub, dead chan struct{}) {
 			if errors.Is(err, redis.ErrClosed) {
 				return
 			}
+			var rerr redis.Error
+			if errors.As(err, &rerr) {
+				// The server answered (a PING refused by an ACL, say): the
+				// connection is alive.
+				pinged = false
+				continue
+			}
 			var ne net.Error
 			if errors.As(err, &ne) && ne.Timeout() {
 				if pinged {

@@ -1,0 +1,276 @@
+package lease_test
+
+// Honest error classes (issue 13, item 4): nothing sent or a server error
+// reply is ErrRefused (definite, named, no release), only a sent request
+// without a parsed reply is ErrUnknown; loss errors carry their cause;
+// permissions missing for waiting or releasing degrade to re-checks.
+
+import (
+	"context"
+	"errors"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/leasegen/leasegen/runtime/lease"
+	"github.com/leasegen/leasegen/runtime/leasetest"
+)
+
+// aclClient creates a user with rules on srv and returns a client for it.
+func aclClient(t *testing.T, srv *leasetest.Server, user string, rules ...string) *redis.Client {
+	t.Helper()
+	admin := srv.Client(t)
+	args := []any{"ACL", "SETUSER", user, "reset", "on", ">pw"}
+	for _, r := range rules {
+		args = append(args, r)
+	}
+	if err := admin.Do(context.Background(), args...).Err(); err != nil {
+		t.Fatalf("ACL SETUSER %v: %v", rules, err)
+	}
+	return srv.Client(t, func(o *redis.Options) { o.Username, o.Password = user, "pw" })
+}
+
+// leastPrivilege is the README's ACL recipe for lease traffic under the
+// default "lease:" prefix.
+var leastPrivilege = []string{"~lease:*", "&lease:*", "-@all",
+	"+evalsha", "+eval", "+get", "+set", "+pttl", "+pexpire", "+del", "+time", "+publish",
+	"+subscribe", "+unsubscribe"}
+
+// permissionError reports whether err names an ACL refusal (NOPERM, or the
+// message of a command refused inside a script).
+func permissionError(err error) bool {
+	m := err.Error()
+	return strings.Contains(m, "NOPERM") || strings.Contains(m, "permission") || strings.Contains(m, "can't run this command")
+}
+
+func without(rules []string, drop ...string) []string {
+	var out []string
+	for _, r := range rules {
+		keep := true
+		for _, d := range drop {
+			if r == d {
+				keep = false
+			}
+		}
+		if keep {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// The least-privilege ACL of the README is enough for every phase: grant,
+// fencing, waiting on notifications, renewal and release.
+func TestLeastPrivilegeACLRecipe(t *testing.T) {
+	srv := leasetest.StartRedis(t)
+	holder, _ := newClient(t, aclClient(t, srv, "leases1", leastPrivilege...))
+	waiter, rec := newClient(t, aclClient(t, srv, "leases2", leastPrivilege...), lease.WithRecheck(10*time.Second))
+	s := lease.Spec{TTL: 300 * time.Millisecond, Deadline: 5 * time.Second, Wait: 3 * time.Second, Fence: true}
+	entered := make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		done <- holder.Do(context.Background(), "acl", s, func(ctx context.Context) error {
+			close(entered)
+			time.Sleep(400 * time.Millisecond) // renewed
+			return nil
+		})
+	}()
+	<-entered
+	start := time.Now()
+	if err := waiter.Do(context.Background(), "acl", s, func(context.Context) error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	// Re-checks are 10s apart here: a handoff this fast came by notification.
+	if el := time.Since(start); el > time.Second {
+		t.Fatalf("handoff took %v: notifications did not work under the ACL", el)
+	}
+	// A wait longer than the subscription's idle ping (2s): the ping is
+	// refused by the ACL, which proves the connection alive, and the next
+	// release still arrives by notification.
+	go func() {
+		done <- holder.Do(context.Background(), "acl", s, func(ctx context.Context) error {
+			time.Sleep(2500 * time.Millisecond)
+			return nil
+		})
+	}()
+	time.Sleep(50 * time.Millisecond)
+	start = time.Now()
+	long := s
+	long.Wait, long.Deadline = 4*time.Second, 6*time.Second
+	if err := waiter.Do(context.Background(), "acl", long, func(context.Context) error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if el := time.Since(start); el > 3500*time.Millisecond {
+		t.Fatalf("second handoff took %v: notifications stopped after the idle ping", el)
+	}
+	if n := rec.Count(lease.EventSubscriptionFailed); n != 0 {
+		t.Fatalf("subscription failed %d times under the recipe", n)
+	}
+}
+
+// A user without permission to run scripts: ErrRefused naming NOPERM, not
+// entered, no release attempted, not unknown.
+func TestNoPermIsRefused(t *testing.T) {
+	srv := leasetest.StartRedis(t)
+	for name, rules := range map[string][]string{
+		"no evalsha":            without(leastPrivilege, "+evalsha", "+eval"),
+		"no key access":         append(without(leastPrivilege, "~lease:*"), "~other:*"),
+		"no set inside scripts": without(leastPrivilege, "+set"),
+	} {
+		t.Run(name, func(t *testing.T) {
+			c, rec := newClient(t, aclClient(t, srv, "u"+itoa(int(keySeq.Add(1))), rules...))
+			err := c.Do(context.Background(), "perm", spec(time.Second, 2*time.Second), func(context.Context) error {
+				t.Error("entered")
+				return nil
+			})
+			mustIs(t, err, lease.ErrRefused)
+			mustNotIs(t, err, lease.ErrUnknown, lease.ErrBusy)
+			if !permissionError(err) {
+				t.Fatalf("error %q does not name the permission problem", err)
+			}
+			if n := rec.Count(lease.EventReleaseUnconfirmed) + rec.Count(lease.EventReleased); n != 0 {
+				t.Fatalf("%d releases after a refused acquire", n)
+			}
+			if rec.Count(lease.EventRefused) != 1 {
+				t.Fatal("no refused event")
+			}
+		})
+	}
+}
+
+// Without PEXPIRE the renewal is refused: the loss says why.
+func TestRenewalWithoutPermissionLosesWithCause(t *testing.T) {
+	srv := leasetest.StartRedis(t)
+	c, rec := newClient(t, aclClient(t, srv, "norenew", without(leastPrivilege, "+pexpire")...))
+	var cause error
+	err := c.Do(context.Background(), "renew", spec(300*time.Millisecond, 5*time.Second), func(ctx context.Context) error {
+		<-ctx.Done()
+		cause = context.Cause(ctx)
+		return nil
+	})
+	mustIs(t, err, lease.ErrLost)
+	mustIs(t, cause, lease.ErrLost, lease.ErrRefused)
+	if !permissionError(err) {
+		t.Fatalf("loss %q does not carry the renewal's cause", err)
+	}
+	if rec.Count(lease.EventRenewFailed) == 0 {
+		t.Fatal("no renew_failed event")
+	}
+}
+
+// Without SUBSCRIBE, waiting degrades to re-checks and says so; without
+// PUBLISH, the release deletes the key but waiters are not told: they find
+// it at the next re-check. Both are reported, neither hangs a waiter for the
+// holder's TTL.
+func TestMissingWaitPermissionsDegradeToRechecks(t *testing.T) {
+	srv := leasetest.StartRedis(t)
+	for name, drop := range map[string][]string{
+		"no subscribe": {"+subscribe"},
+		"no publish":   {"+publish"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			rules := without(leastPrivilege, drop...)
+			holder, hrec := newClient(t, aclClient(t, srv, "h"+itoa(int(keySeq.Add(1))), rules...))
+			waiter, wrec := newClient(t, aclClient(t, srv, "w"+itoa(int(keySeq.Add(1))), rules...), lease.WithRecheck(200*time.Millisecond))
+			key := uniqueKey(t)
+			release := make(chan struct{})
+			held := hold(t, holder, key, spec(30*time.Second, 60*time.Second), release)
+			time.AfterFunc(300*time.Millisecond, func() { close(release) })
+			start := time.Now()
+			err := waiter.Do(context.Background(), key, lease.Spec{TTL: time.Second, Deadline: 10 * time.Second, Wait: 5 * time.Second}, func(context.Context) error { return nil })
+			if err != nil {
+				t.Fatal(err)
+			}
+			if el := time.Since(start); el > 300*time.Millisecond+200*time.Millisecond+300*time.Millisecond {
+				t.Fatalf("handoff took %v with re-checks every 200ms (the holder's TTL is 30s)", el)
+			}
+			herr := <-held
+			switch name {
+			case "no subscribe":
+				if wrec.Count(lease.EventSubscriptionFailed) == 0 {
+					t.Fatal("the failed subscription was not reported")
+				}
+			case "no publish":
+				// The release ran (the key is gone) but its notification was
+				// refused: reported as an unconfirmed release, not silence.
+				if hrec.Count(lease.EventReleaseUnconfirmed) != 1 {
+					t.Fatalf("release_unconfirmed %d, want 1 (holder returned %v)", hrec.Count(lease.EventReleaseUnconfirmed), herr)
+				}
+			}
+		})
+	}
+}
+
+// Nothing could be sent: a refused connection is a definite failure.
+func TestRefusedConnectionIsRefused(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close() // nothing listens there now
+	rdb := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true})
+	defer rdb.Close()
+	c, rec := newClient(t, rdb)
+	start := time.Now()
+	// go-redis dials 5 times per attempt and retries 3 times; a budget
+	// shorter than that ends in its backoff and hides the dial error behind
+	// the deadline (ErrUnknown, documented). With this one the dial error
+	// surfaces.
+	err = c.Do(context.Background(), "down", spec(10*time.Second, 5*time.Second), func(context.Context) error {
+		t.Error("entered")
+		return nil
+	})
+	mustIs(t, err, lease.ErrRefused)
+	mustNotIs(t, err, lease.ErrUnknown)
+	if rec.Count(lease.EventReleaseUnconfirmed)+rec.Count(lease.EventReleased) != 0 {
+		t.Fatal("a release was attempted although nothing was sent")
+	}
+	if el := time.Since(start); el > 4*time.Second {
+		t.Fatalf("took %v to report a refused connection", el)
+	}
+}
+
+// A replica answers READONLY; a full server answers OOM: both definite.
+func TestServerErrorRepliesAreRefused(t *testing.T) {
+	primary := leasetest.StartRedis(t)
+	replica := leasetest.StartRedis(t, "--replicaof", "127.0.0.1", itoa(primary.Port()))
+	full := leasetest.StartRedis(t, "--maxmemory", "1", "--maxmemory-policy", "noeviction")
+	for name, srv := range map[string]*leasetest.Server{"READONLY": replica, "OOM": full} {
+		t.Run(name, func(t *testing.T) {
+			c, _ := newClient(t, srv.Client(t, func(o *redis.Options) { o.MaxRetryBackoff = 20 * time.Millisecond }))
+			err := c.Do(context.Background(), "k", spec(time.Second, 3*time.Second), func(context.Context) error {
+				t.Error("entered")
+				return nil
+			})
+			mustIs(t, err, lease.ErrRefused)
+			mustNotIs(t, err, lease.ErrUnknown)
+			if !strings.Contains(err.Error(), name) {
+				t.Fatalf("error %q does not name %s", err, name)
+			}
+		})
+	}
+}
+
+// An unknown outcome stays unknown: a blackholed reply is not refused.
+func TestBlackholeIsUnknownNotRefused(t *testing.T) {
+	c, _, p, _, _ := proxied(t, nil)
+	p.Set(leasetest.Blackhole)
+	err := c.Do(context.Background(), "bh", spec(time.Second, 300*time.Millisecond), func(context.Context) error {
+		t.Error("entered")
+		return nil
+	})
+	mustIs(t, err, lease.ErrUnknown)
+	if errors.Is(err, lease.ErrRefused) && !strings.Contains(err.Error(), "release") {
+		t.Fatalf("blackholed acquire reported as refused: %v", err)
+	}
+}
