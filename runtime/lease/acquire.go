@@ -10,17 +10,13 @@ import (
 )
 
 // acquireOnce sends one acquire (retrying slot redirects within the
-// budget). It returns the lease on a grant, the holder's remaining time when
-// busy (-1 if unknown), or an error: ErrRefused (not executed), ErrUnknown
-// (possibly granted: a release was sent), ErrLowValidity.
-func (a *call) acquireOnce(ctx context.Context) (*Lease, time.Duration, error) {
+// budget). With waitUntil set, a busy answer also puts the call in the
+// key's queue (or refreshes its place). It returns the lease on a grant,
+// the holder's remaining time when busy (-1 if unknown), or an error:
+// ErrRefused (not executed), ErrUnknown (possibly granted: a release was
+// sent), ErrLowValidity.
+func (a *call) acquireOnce(ctx context.Context, waitUntil time.Time) (*Lease, time.Duration, error) {
 	ttl := a.spec.TTL
-	fence := "0"
-	if a.spec.Fence {
-		fence = "1"
-	}
-	keys := []string{a.k.lock, a.k.fence}
-	args := []any{a.id, ms(ttl), fence, ms(a.c.counterTTL)}
 	for try := 0; ; try++ {
 		sent := time.Now()
 		// A reply read after the lease's own end is worthless; one read
@@ -32,14 +28,29 @@ func (a *call) acquireOnce(ctx context.Context) (*Lease, time.Duration, error) {
 		}
 		actx, cancel := context.WithDeadline(ctx, limit)
 		var (
-			vals  []any
-			acked = -1
-			err   error
+			granted bool
+			tok     Token
+			pttl    time.Duration
+			acked   = -1
+			err     error
 		)
-		if a.c.replicas > 0 {
+		switch {
+		case waitUntil.IsZero() && !a.spec.Fence && a.c.replicas == 0 && !a.c.noSetGet.Load():
+			granted, pttl, err = a.setNXGet(actx)
+		case a.c.replicas > 0:
+			var vals []any
+			keys, args := a.acquireArgs(sent, waitUntil)
 			vals, acked, err = a.acquireReplicated(actx, keys, args)
-		} else {
+			if err == nil {
+				granted, tok, pttl, err = parseAcquire(vals)
+			}
+		default:
+			var vals []any
+			keys, args := a.acquireArgs(sent, waitUntil)
 			vals, err = acquireScript.Run(actx, a.c.rdb, keys, args...).Slice()
+			if err == nil {
+				granted, tok, pttl, err = parseAcquire(vals)
+			}
 		}
 		cancel()
 		if err != nil {
@@ -54,13 +65,13 @@ func (a *call) acquireOnce(ctx context.Context) (*Lease, time.Duration, error) {
 				}
 				return nil, 0, a.refused("acquire", err)
 			case outRefused:
+				if errSetNXGetUnsupported(err) {
+					a.c.noSetGet.Store(true) // a server before Redis 7.0: scripts only
+					continue
+				}
 				return nil, 0, a.refused("acquire", err)
 			}
 			return nil, 0, a.unknown(ctx, err)
-		}
-		granted, tok, pttl, perr := parseAcquire(vals)
-		if perr != nil {
-			return nil, 0, a.unknown(ctx, perr)
 		}
 		if !granted {
 			return nil, pttl, nil
@@ -85,6 +96,51 @@ func (a *call) acquireOnce(ctx context.Context) (*Lease, time.Duration, error) {
 		a.observe(Event{Kind: EventAcquired, Wait: time.Since(a.start)})
 		return l, 0, nil
 	}
+}
+
+// acquireArgs are the acquire script's keys and arguments. A caller that
+// waits (waitUntil set) keeps a place in the queue for a little longer than
+// its next look (a re-check at the latest), never past its wait.
+func (a *call) acquireArgs(now, waitUntil time.Time) ([]string, []any) {
+	fence := "0"
+	if a.spec.Fence {
+		fence = "1"
+	}
+	life := int64(0)
+	if !waitUntil.IsZero() {
+		life = ms(min(waitUntil.Sub(now)+50*time.Millisecond, 2*a.c.recheck+100*time.Millisecond))
+		if a.member == "" {
+			// The claim a release hands over must outlast a missed
+			// notification: this call looks again within a re-check.
+			claim := min(a.c.recheck+100*time.Millisecond, a.spec.TTL)
+			a.member = a.id + "|" + strconv.FormatInt(ms(a.spec.TTL), 10) + "|" + fence + "|" + strconv.FormatInt(ms(claim), 10)
+		}
+	}
+	k := a.k
+	return []string{k.lock, k.fence, k.queue, k.qexp},
+		[]any{a.id, ms(a.spec.TTL), fence, ms(a.c.counterTTL), life, a.member}
+}
+
+// setNXGet is the acquire of an unfenced lease that will not wait: a native
+// SET NX GET, which a replay after a lost reply also answers correctly (it
+// reads back this attempt's own identity). No queue is involved: a free
+// key means no one waits, because a release hands a key with waiters to
+// the first of them.
+func (a *call) setNXGet(ctx context.Context) (granted bool, pttl time.Duration, err error) {
+	v, err := a.c.rdb.SetArgs(ctx, a.k.lock, a.id+":0", redis.SetArgs{Mode: "NX", Get: true, TTL: a.spec.TTL}).Result()
+	switch {
+	case err == redis.Nil:
+		return true, 0, nil
+	case err != nil:
+		return false, 0, err
+	case v == a.id+":0":
+		return true, 0, nil // our own grant, read back by a replay
+	}
+	return false, -1, nil
+}
+
+func errSetNXGetUnsupported(err error) bool {
+	return redis.HasErrorPrefix(err, "ERR syntax error") || redis.HasErrorPrefix(err, "ERR wrong number of arguments")
 }
 
 // sleepCtx sleeps for d unless ctx ends first; it reports whether it slept.

@@ -1,17 +1,39 @@
--- acquire: grant the lease to ARGV[1] unless another identity holds it.
--- KEYS[1] lock key, KEYS[2] fence counter (same hash tag)
+-- acquire: grant the lease to ARGV[1] unless another identity holds it; a
+-- caller that will wait joins the key's queue, so that the release hands
+-- the lease to the first waiter instead of letting everyone race.
+-- KEYS[1] lock, KEYS[2] fence counter, KEYS[3] queue (zset: member by
+-- arrival), KEYS[4] queue expiries (hash: member -> ms) (same hash tag)
 -- ARGV[1] identity, ARGV[2] ttl ms, ARGV[3] "1" to mint a fencing token,
--- ARGV[4] counter ttl ms
--- Returns {1, token, pttl} on a grant, {0, "0", pttl} when busy.
+-- ARGV[4] counter ttl ms, ARGV[5] queue entry lifetime ms (0: not
+-- waiting), ARGV[6] queue member (identity|ttl|fence|claim ms)
+-- Returns {1, token, ttl} on a grant, {0, "0", pttl} when busy.
 -- Replaying the same call (a client retry after a lost reply) answers the
 -- same grant again: the identity is compared, not just the key's existence.
+-- A grant the previous holder's release handed to this identity is found
+-- the same way; either way its TTL starts again now.
 local v = redis.call('GET', KEYS[1])
 if v then
   local sep = string.find(v, ':', 1, true)
   if sep and string.sub(v, 1, sep - 1) == ARGV[1] then
-    return {1, string.sub(v, sep + 1), redis.call('PTTL', KEYS[1])}
+    redis.call('PEXPIRE', KEYS[1], ARGV[2])
+    return {1, string.sub(v, sep + 1), tonumber(ARGV[2])}
   end
-  return {0, '0', redis.call('PTTL', KEYS[1])}
+  local pttl = redis.call('PTTL', KEYS[1])
+  local life = tonumber(ARGV[5])
+  if life > 0 then
+    local t = redis.call('TIME')
+    local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+    redis.call('ZADD', KEYS[3], 'NX', tonumber(t[1]) * 1000000 + tonumber(t[2]), ARGV[6])
+    redis.call('HSET', KEYS[4], ARGV[6], now + life)
+    for i = 3, 4 do
+      if redis.call('PTTL', KEYS[i]) < life then redis.call('PEXPIRE', KEYS[i], life) end
+    end
+  end
+  return {0, '0', pttl}
+end
+if tonumber(ARGV[5]) > 0 then
+  redis.call('ZREM', KEYS[3], ARGV[6])
+  redis.call('HDEL', KEYS[4], ARGV[6])
 end
 local tok = '0'
 if ARGV[3] == '1' then

@@ -25,9 +25,10 @@ type Client struct {
 	counterTTL     time.Duration
 	recheck        time.Duration
 
-	hub    *waitHub
-	renew  *renewer
-	closed atomic.Bool
+	hub      *waitHub
+	renew    *renewer
+	closed   atomic.Bool
+	noSetGet atomic.Bool // the server refused SET NX GET (before Redis 7.0): scripts only
 }
 
 // Option configures a Client.

@@ -85,6 +85,7 @@ type call struct {
 	k       keys
 	spec    Spec
 	id      string    // this attempt's identity
+	member  string    // its entry in the key's queue, once it waited
 	start   time.Time // the call's start (monotonic)
 	end     time.Time // start+Deadline, or ctx's deadline if earlier
 	reserve time.Duration

@@ -36,7 +36,8 @@ func aclClient(t *testing.T, srv *leasetest.Server, user string, rules ...string
 // leastPrivilege is the README's ACL recipe for lease traffic under the
 // default "lease:" prefix.
 var leastPrivilege = []string{"~lease:*", "&lease:*", "-@all",
-	"+evalsha", "+eval", "+get", "+set", "+pttl", "+pexpire", "+del", "+time", "+publish",
+	"+evalsha", "+eval", "+get", "+set", "+pttl", "+pexpire", "+del", "+exists", "+time", "+publish",
+	"+zadd", "+zrem", "+zrange", "+hset", "+hget", "+hdel",
 	"+subscribe", "+unsubscribe"}
 
 // permissionError reports whether err names an ACL refusal (NOPERM, or the
@@ -78,7 +79,11 @@ func TestLeastPrivilegeACLRecipe(t *testing.T) {
 			return nil
 		})
 	}()
-	<-entered
+	select {
+	case <-entered:
+	case err := <-done:
+		t.Fatalf("holder: %v", err)
+	}
 	start := time.Now()
 	if err := waiter.Do(context.Background(), "acl", s, func(context.Context) error { return nil }); err != nil {
 		t.Fatal(err)
@@ -128,7 +133,9 @@ func TestNoPermIsRefused(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			c, rec := newClient(t, aclClient(t, srv, "u"+itoa(int(keySeq.Add(1))), rules...))
-			err := c.Do(context.Background(), "perm", spec(time.Second, 2*time.Second), func(context.Context) error {
+			fenced := spec(time.Second, 2*time.Second)
+			fenced.Fence = true // an acquire script (unfenced, no-wait acquires are a plain SET)
+			err := c.Do(context.Background(), "perm", fenced, func(context.Context) error {
 				t.Error("entered")
 				return nil
 			})
@@ -272,5 +279,29 @@ func TestBlackholeIsUnknownNotRefused(t *testing.T) {
 	mustIs(t, err, lease.ErrUnknown)
 	if errors.Is(err, lease.ErrRefused) && !strings.Contains(err.Error(), "release") {
 		t.Fatalf("blackholed acquire reported as refused: %v", err)
+	}
+}
+
+// Without EVALSHA an unfenced call that does not wait still gets its lease
+// (a plain SET NX GET), but the release script is refused: reported, and
+// the key ends with its TTL.
+func TestRefusedReleaseIsReported(t *testing.T) {
+	srv := leasetest.StartRedis(t)
+	c, rec := newClient(t, aclClient(t, srv, "norelease", without(leastPrivilege, "+evalsha", "+eval")...))
+	err := c.Do(context.Background(), "rel", spec(time.Second, 2*time.Second), func(context.Context) error { return nil })
+	if err != nil {
+		t.Fatalf("the work ran under a confirmed grant: %v", err)
+	}
+	var unconfirmed []lease.Event
+	for _, e := range rec.Events() {
+		if e.Kind == lease.EventReleaseUnconfirmed {
+			unconfirmed = append(unconfirmed, e)
+		}
+	}
+	if len(unconfirmed) != 1 || !errors.Is(unconfirmed[0].Err, lease.ErrRefused) || !permissionError(unconfirmed[0].Err) {
+		t.Fatalf("release_unconfirmed events %v, want one wrapping ErrRefused and naming the permission", unconfirmed)
+	}
+	if pttl, _ := srv.Client(t).PTTL(context.Background(), lockKey("rel")).Result(); pttl <= 0 || pttl > time.Second {
+		t.Fatalf("PTTL %v: the key should end with its TTL", pttl)
 	}
 }

@@ -5,17 +5,20 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 )
 
-// waitHub lets waiters sleep until a lease's release is published. One
-// subscription connection serves every waiter of a Client. Waiters of one
-// channel form a FIFO queue and a notification wakes the head only, so
-// handoffs go in arrival order within the process, not to whoever loops
-// fastest.
+// waitHub lets waiters sleep until a lease is released to them. One
+// subscription connection serves every waiter of a Client. A release hands
+// the lease to the first waiter in the key's queue (across processes) and
+// publishes that waiter's identity, so a notification wakes exactly the
+// waiter it names; "h" (a hold-min release: the lease ends sooner) wakes
+// every waiter of the key to look at the new expiry.
 //
 // No lock is held across a network call, and no caller of Do ever waits for
 // one here: a manager goroutine (re)subscribes, a reader goroutine receives.
@@ -27,24 +30,40 @@ type waitHub struct {
 	kick    chan struct{} // wakes the manager
 	closing chan struct{} // closed by close: waiters return ErrClosed
 
-	mu        sync.Mutex
-	queues    map[string]*waitQueue
-	idleSince map[string]time.Time // subscribed channels without waiters
-	subbed    map[string]bool      // channels asked of the server (true: confirmed)
-	closed    bool
-	running   bool // the manager goroutine runs
-	down      bool // the subscription is failing (one event per episode)
+	mu      sync.Mutex
+	chans   map[string]*chanState
+	closed  bool
+	running bool // the manager goroutine runs
+	down    bool // the subscription is failing (one event per episode)
 }
 
-type waitQueue struct {
-	q []*waiter
-	// busyUntil is when the current holder's lease ends, as last seen by a
-	// waiter; newcomers queue behind until then at most.
-	busyUntil time.Time
+// chanState is one release channel: its subscription and its waiters.
+type chanState struct {
+	asked     bool      // SUBSCRIBE sent on the current connection
+	live      time.Time // when the subscription was confirmed (zero: not live)
+	waiters   []*waiter
+	idleSince time.Time   // when the last waiter left (zero: has waiters)
+	recent    []recentMsg // messages naming a waiter not registered (yet)
 }
+
+// recentMsg is a notification that named a waiter before it registered: a
+// release can hand the lease over between a waiter's busy reply and its
+// join.
+type recentMsg struct {
+	id string
+	at time.Time
+}
+
+// recentKeep bounds how long (and how many) unclaimed notifications are
+// remembered per channel.
+const (
+	recentKeep = 2 * time.Second
+	recentMax  = 64
+)
 
 type waiter struct {
 	channel string
+	id      string
 	wake    chan struct{} // buffered(1): a pending notification
 }
 
@@ -58,38 +77,48 @@ const pingEvery = 2 * time.Second
 const idleUnsubscribe = time.Second
 
 func newWaitHub(c *Client) *waitHub {
-	return &waitHub{
-		c: c, kick: make(chan struct{}, 1), closing: make(chan struct{}),
-		queues: map[string]*waitQueue{}, idleSince: map[string]time.Time{}, subbed: map[string]bool{},
-	}
+	return &waitHub{c: c, kick: make(chan struct{}, 1), closing: make(chan struct{}), chans: map[string]*chanState{}}
 }
 
-// join queues a waiter on channel. It never blocks on the network: it asks
-// the manager for a subscription and reports whether the channel's
-// subscription is already confirmed (live), in which case every release
-// from now on wakes the queue.
-func (h *waitHub) join(channel string) (w *waiter, live bool) {
-	w = &waiter{channel: channel, wake: make(chan struct{}, 1)}
+// join registers a waiter with identity id on channel. It never blocks on
+// the network: it asks the manager for a subscription if needed. sent is
+// when the waiter's last acquire was sent; if a notification may have been
+// missed since (the subscription was not live then, or a message named
+// this waiter before it registered), the waiter is woken at once to look
+// again, or when the subscription is confirmed.
+func (h *waitHub) join(channel, id string, sent time.Time) *waiter {
+	w := &waiter{channel: channel, id: id, wake: make(chan struct{}, 1)}
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.closed {
-		return w, false // sleep sees closing at once
+		return w // sleep sees closing at once
 	}
-	wq := h.queues[channel]
-	if wq == nil {
-		wq = &waitQueue{}
-		h.queues[channel] = wq
+	cs := h.chans[channel]
+	if cs == nil {
+		cs = &chanState{}
+		h.chans[channel] = cs
 	}
-	wq.q = append(wq.q, w)
-	delete(h.idleSince, channel)
-	confirmed, asked := h.subbed[channel]
-	if !asked {
+	cs.waiters = append(cs.waiters, w)
+	cs.idleSince = time.Time{}
+	if !cs.asked {
 		h.poke()
 	}
-	return w, confirmed && !h.down
+	switch {
+	case cs.live.IsZero() || h.down:
+		// Not live: the confirmation wakes this waiter to look again.
+	case !cs.live.Before(sent):
+		signal(w) // live only since the attempt: a release may have been missed
+	default:
+		for _, m := range cs.recent {
+			if m.id == id {
+				signal(w)
+			}
+		}
+	}
+	return w
 }
 
-// poke wakes the manager (h.mu held or not).
+// poke wakes the manager (h.mu held).
 func (h *waitHub) poke() {
 	select {
 	case h.kick <- struct{}{}:
@@ -101,60 +130,23 @@ func (h *waitHub) poke() {
 	}
 }
 
-// ahead reports whether other waiters are queued on channel, and until when
-// the lease was last seen busy. A newcomer that finds a queue waits its turn.
-func (h *waitHub) ahead(channel string) (bool, time.Time) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	wq := h.queues[channel]
-	if wq == nil || len(wq.q) == 0 {
-		return false, time.Time{}
-	}
-	return true, wq.busyUntil
-}
-
-// sawBusy records when the current holder's lease ends.
-func (h *waitHub) sawBusy(channel string, until time.Time) {
-	h.mu.Lock()
-	if wq := h.queues[channel]; wq != nil {
-		wq.busyUntil = until
-	}
-	h.mu.Unlock()
-}
-
-// leave removes w. A notification w received but did not use passes to the
-// next waiter; the channel is unsubscribed after it has been idle a while.
+// leave removes w. The channel is unsubscribed after it has been idle a
+// while.
 func (h *waitHub) leave(w *waiter) {
 	if w == nil {
 		return
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	wq := h.queues[w.channel]
-	if wq == nil {
+	cs := h.chans[w.channel]
+	if cs == nil {
 		return
 	}
-	for i, x := range wq.q {
-		if x == w {
-			wq.q = append(wq.q[:i], wq.q[i+1:]...)
-			break
-		}
+	if i := slices.Index(cs.waiters, w); i >= 0 {
+		cs.waiters = slices.Delete(cs.waiters, i, i+1)
 	}
-	pending := false
-	select {
-	case <-w.wake:
-		pending = true
-	default:
-	}
-	if len(wq.q) > 0 {
-		if pending {
-			signal(wq.q[0])
-		}
-		return
-	}
-	delete(h.queues, w.channel)
-	if _, ok := h.subbed[w.channel]; ok {
-		h.idleSince[w.channel] = time.Now()
+	if len(cs.waiters) == 0 {
+		cs.idleSince = time.Now()
 		h.poke()
 	}
 }
@@ -166,27 +158,43 @@ func signal(w *waiter) {
 	}
 }
 
-// notify wakes the head of channel's queue (a release was published).
-func (h *waitHub) notify(channel string) {
+// notify handles a message on channel: a waiter's identity wakes that
+// waiter (remembered a moment if it has not registered yet); anything else
+// wakes every waiter of the channel.
+func (h *waitHub) notify(channel, payload string) {
 	h.mu.Lock()
-	if wq := h.queues[channel]; wq != nil {
-		wq.busyUntil = time.Time{}
-		if len(wq.q) > 0 {
-			signal(wq.q[0])
+	defer h.mu.Unlock()
+	cs := h.chans[channel]
+	if cs == nil {
+		return
+	}
+	if len(payload) <= 1 {
+		for _, w := range cs.waiters {
+			signal(w)
+		}
+		return
+	}
+	for _, w := range cs.waiters {
+		if w.id == payload {
+			signal(w)
+			return
 		}
 	}
-	h.mu.Unlock()
+	now := time.Now()
+	cs.recent = slices.DeleteFunc(cs.recent, func(m recentMsg) bool { return now.Sub(m.at) > recentKeep })
+	if len(cs.recent) >= recentMax {
+		cs.recent = cs.recent[1:]
+	}
+	cs.recent = append(cs.recent, recentMsg{payload, now})
 }
 
 // confirmed marks channel's subscription live and wakes all its waiters to
 // look again: a release may have been published before it took effect.
 func (h *waitHub) confirmed(channel string) {
 	h.mu.Lock()
-	if _, ok := h.subbed[channel]; ok {
-		h.subbed[channel] = true
-	}
-	if wq := h.queues[channel]; wq != nil {
-		for _, w := range wq.q {
+	if cs := h.chans[channel]; cs != nil {
+		cs.live = time.Now()
+		for _, w := range cs.waiters {
 			signal(w)
 		}
 	}
@@ -198,8 +206,8 @@ func (h *waitHub) confirmed(channel string) {
 // an episode is reported.
 func (h *waitHub) failed(err error) {
 	h.mu.Lock()
-	for ch := range h.subbed {
-		h.subbed[ch] = false
+	for _, cs := range h.chans {
+		cs.live = time.Time{}
 	}
 	first := !h.down && !h.closed
 	h.down = true
@@ -264,31 +272,32 @@ func (h *waitHub) manage() {
 			return
 		}
 		var sub, unsub []string
-		for ch := range h.queues {
-			if _, ok := h.subbed[ch]; !ok || ps == nil {
-				sub = append(sub, ch)
-			}
-		}
 		next := time.Hour
 		now := time.Now()
-		for ch, since := range h.idleSince {
-			if d := since.Add(idleUnsubscribe).Sub(now); d > 0 {
-				next = min(next, d)
-				continue
+		for ch, cs := range h.chans {
+			switch {
+			case ps == nil:
+				// A new connection subscribes every channel with waiters;
+				// idle ones are forgotten.
+				if len(cs.waiters) == 0 {
+					delete(h.chans, ch)
+					continue
+				}
+				cs.asked, cs.live = true, time.Time{}
+				sub = append(sub, ch)
+			case len(cs.waiters) > 0:
+				if !cs.asked {
+					cs.asked = true
+					sub = append(sub, ch)
+				}
+			default:
+				if d := cs.idleSince.Add(idleUnsubscribe).Sub(now); d > 0 {
+					next = min(next, d)
+					continue
+				}
+				delete(h.chans, ch)
+				unsub = append(unsub, ch)
 			}
-			delete(h.idleSince, ch)
-			delete(h.subbed, ch)
-			unsub = append(unsub, ch)
-		}
-		if ps == nil {
-			// A new connection subscribes every channel that has waiters;
-			// idle ones are forgotten.
-			clear(h.subbed)
-			clear(h.idleSince)
-			unsub = nil
-		}
-		for _, ch := range sub {
-			h.subbed[ch] = false
 		}
 		h.mu.Unlock()
 
@@ -313,7 +322,9 @@ func (h *waitHub) manage() {
 		if err != nil {
 			h.mu.Lock()
 			for _, ch := range sub {
-				delete(h.subbed, ch) // ask again
+				if cs := h.chans[ch]; cs != nil {
+					cs.asked = false // ask again
+				}
 			}
 			h.mu.Unlock()
 			h.failed(err)
@@ -346,9 +357,13 @@ func (h *waitHub) read(ps *redis.PubSub, dead chan struct{}) {
 			}
 			var rerr redis.Error
 			if errors.As(err, &rerr) {
-				// The server answered (a PING refused by an ACL, say): the
-				// connection is alive.
+				// The server answered: the connection is alive. A refused
+				// SUBSCRIBE (an ACL without the channel or the command) means
+				// no notifications: waiters re-check. A refused PING is fine.
 				pinged = false
+				if m := strings.ToLower(err.Error()); strings.Contains(m, "subscribe") || strings.Contains(m, "channel") {
+					h.failed(err)
+				}
 				continue
 			}
 			var ne net.Error
@@ -383,7 +398,7 @@ func (h *waitHub) read(ps *redis.PubSub, dead chan struct{}) {
 				h.confirmed(m.Channel)
 			}
 		case *redis.Message:
-			h.notify(m.Channel)
+			h.notify(m.Channel, m.Payload)
 		case *redis.Pong:
 			h.healthy()
 		}

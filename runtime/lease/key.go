@@ -47,12 +47,13 @@ func escapePart(c byte) bool {
 // keys are the Redis keys of one lease. All share one hash tag (the escaped
 // user key) so that the scripts touch a single Cluster slot.
 type keys struct {
-	lock, fence, channel, tomb string
+	lock, fence, channel, tomb, queue, qexp string
 }
 
 // redisKeys maps a user key into the runtime's namespace:
-// prefix + "{" + esc(key) + "}" + ":l" / ":f" / ":c" / ":r" (lock, fence
-// counter, release channel, release tombstone), where esc escapes '%',
+// prefix + "{" + esc(key) + "}" + ":l" / ":f" / ":c" / ":r" / ":q" / ":x"
+// (lock, fence counter, release channel, release tombstone, waiter queue,
+// waiter expiries), where esc escapes '%',
 // '{' and '}'. The mapping is injective and no user key can produce another
 // lease's fence counter or channel.
 func redisKeys(prefix, key string) keys {
@@ -72,5 +73,5 @@ func redisKeys(prefix, key string) keys {
 	}
 	b.WriteByte('}')
 	base := b.String()
-	return keys{lock: base + ":l", fence: base + ":f", channel: base + ":c", tomb: base + ":r"}
+	return keys{lock: base + ":l", fence: base + ":f", channel: base + ":c", tomb: base + ":r", queue: base + ":q", qexp: base + ":x"}
 }

@@ -28,12 +28,7 @@ func (a *call) release(ctx context.Context, hold time.Duration) released {
 	}
 	rctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), dl)
 	defer cancel()
-	holdMS := int64(0)
-	if hold > 0 {
-		holdMS = ms(hold)
-	}
-	k := a.k
-	res, err := releaseScript.Run(rctx, a.c.rdb, []string{k.lock, k.channel, k.tomb}, a.id, holdMS, "PUBLISH", ms(a.c.tombTTL())).Int64()
+	res, err := a.sendRelease(rctx, hold)
 	r := released{res: res, at: time.Now()}
 	took := r.at.Sub(now)
 	var held time.Duration
@@ -53,6 +48,30 @@ func (a *call) release(ctx context.Context, hold time.Duration) released {
 		a.observe(Event{Kind: EventReleased, Took: took, Held: held})
 	}
 	return r
+}
+
+// sendRelease runs the release script for this attempt's identity (and
+// queue entry, if it waited).
+func (a *call) sendRelease(ctx context.Context, hold time.Duration) (int64, error) {
+	holdMS := int64(0)
+	if hold > 0 {
+		holdMS = ms(hold)
+	}
+	k := a.k
+	return releaseScript.Run(ctx, a.c.rdb, []string{k.lock, k.channel, k.tomb, k.fence, k.queue, k.qexp},
+		a.id, holdMS, "PUBLISH", ms(a.c.tombTTL()), ms(a.c.counterTTL), a.member).Int64()
+}
+
+// giveUp takes a call that stops waiting out of the key's queue, and passes
+// on a grant a release may have handed it meanwhile. Best effort, bounded
+// by the release reserve: an entry left behind expires within a re-check.
+func (a *call) giveUp(ctx context.Context) {
+	if a.member == "" {
+		return
+	}
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), min(a.reserve, 50*time.Millisecond))
+	defer cancel()
+	_, _ = a.sendRelease(rctx, 0)
 }
 
 // tombTTL is how long a release's tombstone outlives it: longer than any

@@ -1,14 +1,22 @@
--- release: delete the lease only if ARGV[1] holds it, leave a short-lived
--- tombstone with the identity, and notify waiters; with ARGV[2] > 0
--- (hold-min), set the remaining hold as TTL instead and notify waiters that
--- the lease now ends sooner.
--- KEYS[1] lock key, KEYS[2] notification channel, KEYS[3] tombstone key
--- (same hash tag)
+-- release: end the lease if ARGV[1] holds it. The first live waiter in the
+-- key's queue gets it at once (a short claim it confirms with its next
+-- acquire) and is told by a message naming it; with no waiter the key is
+-- deleted. A short-lived tombstone with the identity lets a replay of this
+-- release answer "released" again. With ARGV[2] > 0 (hold-min) the
+-- remaining hold becomes the TTL instead, and waiters are told the lease
+-- ends sooner. The caller also leaves the queue (a waiter that gives up
+-- releases with its member: a claim handed to it passes on).
+-- KEYS[1] lock, KEYS[2] channel, KEYS[3] tombstone, KEYS[4] fence counter,
+-- KEYS[5] queue, KEYS[6] queue expiries (same hash tag)
 -- ARGV[1] identity, ARGV[2] hold ms, ARGV[3] publish command,
--- ARGV[4] tombstone ttl ms
--- Returns 1 released (also when replayed after a release whose reply was
--- lost: the tombstone names us), 2 hold set, 0 not held (expired or deleted
--- from outside), -1 held by another identity (left alone).
+-- ARGV[4] tombstone ttl ms, ARGV[5] counter ttl ms, ARGV[6] the caller's
+-- queue member ("" if it never queued)
+-- Returns 1 released (or handed over, or a replay of either), 2 hold set,
+-- 0 not held (expired or deleted from outside), -1 held by another.
+if ARGV[6] ~= '' then
+  redis.call('ZREM', KEYS[5], ARGV[6])
+  redis.call('HDEL', KEYS[6], ARGV[6])
+end
 local v = redis.call('GET', KEYS[1])
 if not v then
   if redis.call('GET', KEYS[3]) == ARGV[1] then return 1 end
@@ -22,7 +30,38 @@ if hold > 0 then
   redis.call(ARGV[3], KEYS[2], 'h')
   return 2
 end
-redis.call('DEL', KEYS[1])
 redis.call('SET', KEYS[3], ARGV[1], 'PX', ARGV[4])
-redis.call(ARGV[3], KEYS[2], 'r')
+if redis.call('EXISTS', KEYS[5]) == 1 then
+  local t = redis.call('TIME')
+  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  for _ = 1, 32 do
+    local head = redis.call('ZRANGE', KEYS[5], 0, 0)
+    if #head == 0 then break end
+    local m = head[1]
+    local exp = tonumber(redis.call('HGET', KEYS[6], m) or '0') or 0
+    redis.call('ZREM', KEYS[5], m)
+    redis.call('HDEL', KEYS[6], m)
+    if exp > now then
+      -- member: identity|ttl|fence|claim
+      local id, ttl, fence, claim = string.match(m, '^([^|]+)|(%d+)|(%d)|(%d+)$')
+      if id then
+        local tok = '0'
+        if fence == '1' then
+          local c = tonumber(redis.call('GET', KEYS[4]) or '0') or 0
+          local n = c + 1
+          local us = tonumber(t[1]) * 1000000 + tonumber(t[2])
+          if us > n then n = us end
+          tok = string.format('%d', n)
+          redis.call('SET', KEYS[4], tok, 'PX', ARGV[5])
+        end
+        local px = tonumber(claim)
+        if tonumber(ttl) < px then px = tonumber(ttl) end
+        redis.call('SET', KEYS[1], id .. ':' .. tok, 'PX', px)
+        redis.call(ARGV[3], KEYS[2], id)
+        return 1
+      end
+    end
+  end
+end
+redis.call('DEL', KEYS[1])
 return 1

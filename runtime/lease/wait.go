@@ -8,65 +8,49 @@ import (
 )
 
 // obtain gets the lease: one acquire, and while it is busy and spec.Wait
-// allows, sleeps until the holder's release is published, its lease runs
-// out or a re-check is due, and tries again. Waiting stops in time for the
-// work to get MinValidity of the budget (and the release its reserve); the
-// last try is made at that moment, so a lease freed without notification
-// near the end of the wait is still taken.
+// allows, keeps a place in the key's queue and sleeps until the lease is
+// released to it (the release hands it to the first waiter and names it),
+// the holder's lease runs out, or a re-check is due, and tries again.
+// Waiting stops in time for the work to get MinValidity of the budget (and
+// the release its reserve); the last try is made at that moment, so a lease
+// freed without notification near the end of the wait is still taken.
 func (a *call) obtain(ctx context.Context) (*Lease, error) {
 	a.id = newID()
-	waitUntil, capped := a.start.Add(a.spec.Wait), false
-	if lim := a.end.Add(-a.reserve - a.spec.MinValidity); !waitUntil.Before(lim) {
-		waitUntil, capped = lim, true
+	var waitUntil time.Time
+	capped := false
+	if a.spec.Wait > 0 {
+		waitUntil = a.start.Add(a.spec.Wait)
+		if lim := a.end.Add(-a.reserve - a.spec.MinValidity); !waitUntil.Before(lim) {
+			waitUntil, capped = lim, true
+		}
 	}
 	hub := a.c.hub
 	var w *waiter
 	defer func() { hub.leave(w) }()
-
-	// A newcomer that finds waiters of this Client queued on the key takes
-	// its turn behind them instead of racing them.
-	if a.spec.Wait > 0 {
-		if queued, busyUntil := hub.ahead(a.k.channel); queued {
-			a.waiting = true
-			a.observe(Event{Kind: EventWaiting})
-			w, _ = hub.join(a.k.channel)
-			if r := a.sleep(ctx, w, busyUntil, waitUntil); r == ctxDone || r == closed {
-				return nil, a.waitErr(ctx, r)
-			}
-		}
-	}
 	for {
-		l, pttl, err := a.acquireOnce(ctx)
+		sent := time.Now()
+		l, pttl, err := a.acquireOnce(ctx, waitUntil)
 		if err != nil || l != nil {
 			return l, err
 		}
 		now := time.Now()
-		if a.spec.Wait == 0 || !now.Before(waitUntil) {
+		if waitUntil.IsZero() || !now.Before(waitUntil) {
+			a.giveUp(ctx)
 			return nil, a.busy(pttl, capped)
-		}
-		busyUntil := time.Time{}
-		if pttl >= 0 {
-			busyUntil = now.Add(pttl)
 		}
 		if !a.waiting {
 			a.waiting = true
 			a.observe(Event{Kind: EventWaiting})
 		}
 		if w == nil {
-			// Join, then look again if notifications are already flowing: a
-			// release published between the busy reply and the join would
-			// otherwise be missed. If the subscription is not confirmed yet,
-			// its confirmation wakes us for that look.
-			var live bool
-			w, live = hub.join(a.k.channel)
-			hub.sawBusy(a.k.channel, busyUntil)
-			if live {
-				continue
-			}
-		} else {
-			hub.sawBusy(a.k.channel, busyUntil)
+			w = hub.join(a.k.channel, a.id, sent)
+		}
+		busyUntil := time.Time{}
+		if pttl >= 0 {
+			busyUntil = now.Add(pttl)
 		}
 		if r := a.sleep(ctx, w, busyUntil, waitUntil); r == ctxDone || r == closed {
+			a.giveUp(ctx)
 			return nil, a.waitErr(ctx, r)
 		}
 	}
