@@ -2,6 +2,7 @@ package lease
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"time"
@@ -25,6 +26,9 @@ func (a *call) acquireOnce(ctx context.Context, waitUntil time.Time) (*Lease, ti
 		limit := sent.Add(ttl - drift(ttl))
 		if lim := a.end.Add(-a.reserve); lim.Before(limit) {
 			limit = lim
+		}
+		if !limit.After(sent) {
+			return nil, 0, fmt.Errorf("%w: key %q: no time left in the budget to acquire (nothing sent)", ErrDeadline, a.key)
 		}
 		actx, cancel := context.WithDeadline(ctx, limit)
 		var (
@@ -219,7 +223,14 @@ func (a *call) refused(what string, err error) error {
 // unknown handles an acquire whose outcome is unknown: fn is not called and
 // one bounded conditional release is sent with the same identity.
 func (a *call) unknown(ctx context.Context, err error) error {
-	e := fmt.Errorf("%w: acquire of key %q: %w", ErrUnknown, a.key, err)
+	var e error
+	if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
+		// The acquire's own limit, not a deadline of the call: a grant read
+		// later could not have been entered.
+		e = fmt.Errorf("%w: acquire of key %q: no reply in time to enter a grant (%v)", ErrUnknown, a.key, err)
+	} else {
+		e = fmt.Errorf("%w: acquire of key %q: %w", ErrUnknown, a.key, err)
+	}
 	a.observe(Event{Kind: EventAcquireUnknown, Err: e})
 	return fmt.Errorf("%w%s", e, a.releaseUnused(ctx))
 }

@@ -73,7 +73,11 @@ func WithReplicas(n int, timeout time.Duration) Option {
 	}
 }
 
-// WithReleaseTimeout bounds each release (default 250ms). The same amount,
+// DefaultReleaseTimeout bounds each release unless WithReleaseTimeout says
+// otherwise.
+const DefaultReleaseTimeout = 250 * time.Millisecond
+
+// WithReleaseTimeout bounds each release (default DefaultReleaseTimeout). The same amount,
 // capped at a tenth of Spec.Deadline, is reserved from every call's budget so
 // that the release fits within the deadline.
 func WithReleaseTimeout(d time.Duration) Option {
@@ -129,7 +133,7 @@ func New(rdb redis.UniversalClient, opts ...Option) (*Client, error) {
 	c := &Client{
 		prefix:         "lease:",
 		obs:            nopObserver{},
-		releaseTimeout: 250 * time.Millisecond,
+		releaseTimeout: DefaultReleaseTimeout,
 		counterTTL:     24 * time.Hour,
 		recheck:        500 * time.Millisecond,
 	}

@@ -44,26 +44,41 @@ func (c *Client) Do(ctx context.Context, key string, spec Spec, fn func(ctx cont
 	}
 	start := time.Now()
 	if c.callObs != nil {
-		ctx = c.callObs.StartCall(ctx, spec.Name, key)
+		ctx = c.callObs.StartCall(ctx, key, spec)
 	}
 	a := &call{c: c, ctx: ctx, key: key, spec: spec, start: start}
 	a.end = a.start.Add(spec.Deadline)
 	if d, ok := ctx.Deadline(); ok && d.Before(a.end) {
 		a.end = d
 	}
-	if l := c.held(ctx, key); l != nil && l.reusable() {
-		err = a.reenter(ctx, l, fn)
-		a.observe(Event{Kind: EventDone, Token: l.token, Err: err})
+	// Every call that started ends with EventDone, a panicking fn included
+	// (the panic goes on).
+	done := false
+	reentered := false
+	defer func() {
+		if !done {
+			a.observe(Event{Kind: EventDone, Reentered: reentered, Err: errPanicked})
+		}
+	}()
+	finish := func(err error) error {
+		done = true
+		a.observe(Event{Kind: EventDone, Reentered: reentered, Err: err})
 		return err
 	}
+	if l := c.held(ctx, key); l != nil && l.reusable() {
+		reentered = true
+		return finish(a.reenter(ctx, l, fn))
+	}
 	if c.closed.Load() {
-		return fmt.Errorf("%w: key %q", ErrClosed, key)
+		return finish(fmt.Errorf("%w: key %q", ErrClosed, key))
 	}
 	if ctx.Err() != nil {
-		return a.notStarted(ctx)
+		return finish(a.notStarted(ctx))
 	}
 	a.k = redisKeys(c.prefix, key)
-	a.reserve = min(c.releaseTimeout, spec.Deadline/10)
+	// The release's share of the budget: of the real budget (a caller's
+	// deadline may be shorter than Spec.Deadline).
+	a.reserve = min(c.releaseTimeout, a.end.Sub(a.start)/10)
 
 	l, err := a.obtain(ctx)
 	if err == nil {
@@ -73,9 +88,11 @@ func (c *Client) Do(ctx context.Context, key string, spec Spec, fn func(ctx cont
 		noteSkip(ctx)
 		err = nil
 	}
-	a.observe(Event{Kind: EventDone, Err: err})
-	return err
+	return finish(err)
 }
+
+// errPanicked is EventDone's Err when fn panicked.
+var errPanicked = errors.New("lease: the function panicked")
 
 // call is the state of one Do.
 type call struct {
@@ -96,7 +113,7 @@ type call struct {
 }
 
 func (a *call) observe(e Event) {
-	e.Ctx, e.Name, e.Key, e.Start = a.ctx, a.spec.Name, a.key, a.start
+	e.Ctx, e.Name, e.Key, e.Start, e.At = a.ctx, a.spec.Name, a.key, a.start, time.Now()
 	if e.Token == 0 {
 		e.Token = a.token
 	}

@@ -31,12 +31,15 @@ var (
 	// error, and the call is reported unknown although nothing was sent.
 	ErrUnknown = errors.New("lease: outcome unknown")
 
-	// ErrRefused: the request was definitely not carried out. Either no
-	// connection could be made (dial or TLS failure, a closed or exhausted
+	// ErrRefused: the request was not carried out. Either no connection
+	// could be made for it (dial or TLS failure, a closed or exhausted
 	// go-redis client), or the server answered with an error: NOPERM (ACL),
-	// READONLY (a replica), OOM, WRONGTYPE, CLUSTERDOWN, and so on. The error
-	// names the cause; the function was not called and nothing needs
-	// releasing. Usually a deployment or configuration problem.
+	// READONLY (a replica), OOM, WRONGTYPE, and so on. The error names the
+	// cause; the function was not called and no release is sent. Usually a
+	// deployment or configuration problem. One limit, from go-redis: when a
+	// reply is lost and go-redis's retry then cannot connect, only the dial
+	// error is returned, although the first attempt may have been granted;
+	// such a grant, to an identity nobody uses, ends with its TTL.
 	ErrRefused = errors.New("lease: refused")
 
 	// ErrLost: the lease ended while the function ran (renewal refused, its

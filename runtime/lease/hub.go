@@ -338,20 +338,30 @@ func (h *waitHub) manage() {
 	}
 }
 
+// readSlice bounds each receive, and with it anything go-redis does on the
+// way (a reconnect: dial, HELLO, re-subscribe), since go-redis cannot
+// interrupt a read: the reader notices Close within about this long.
+const readSlice = 400 * time.Millisecond
+
 // read receives on ps until it is closed or found dead: confirmations and
-// release notifications wake waiters; a silent connection is pinged, and
-// one that stays silent is reported dead to the manager.
+// release notifications wake waiters; a connection silent for pingEvery is
+// pinged, and one still silent pingEvery later is reported dead to the
+// manager.
 func (h *waitHub) read(ps *redis.PubSub, dead chan struct{}) {
 	defer close(dead)
-	pinged := false
+	closing := ctxOf(h.closing)
+	var pinged time.Time // when a ping was sent and not yet answered
+	lastHeard := time.Now()
 	for {
-		msg, err := ps.ReceiveTimeout(context.Background(), pingEvery)
+		ctx, cancel := context.WithTimeout(closing, readSlice)
+		msg, err := ps.ReceiveTimeout(ctx, readSlice)
+		cancel()
+		select {
+		case <-h.closing:
+			return
+		default:
+		}
 		if err != nil {
-			select {
-			case <-h.closing:
-				return
-			default:
-			}
 			if errors.Is(err, redis.ErrClosed) {
 				return
 			}
@@ -360,7 +370,7 @@ func (h *waitHub) read(ps *redis.PubSub, dead chan struct{}) {
 				// The server answered: the connection is alive. A refused
 				// SUBSCRIBE (an ACL without the channel or the command) means
 				// no notifications: waiters re-check. A refused PING is fine.
-				pinged = false
+				lastHeard, pinged = time.Now(), time.Time{}
 				if m := strings.ToLower(err.Error()); strings.Contains(m, "subscribe") || strings.Contains(m, "channel") {
 					h.failed(err)
 				}
@@ -368,29 +378,31 @@ func (h *waitHub) read(ps *redis.PubSub, dead chan struct{}) {
 			}
 			var ne net.Error
 			if errors.As(err, &ne) && ne.Timeout() {
-				if pinged {
-					h.failed(fmt.Errorf("subscription connection silent for %v: %w", 2*pingEvery, err))
+				switch silent := time.Since(lastHeard); {
+				case !pinged.IsZero() && time.Since(pinged) >= pingEvery:
+					h.failed(fmt.Errorf("subscription connection silent for %v: %w", silent.Round(time.Millisecond), err))
 					return
-				}
-				pinged = true
-				ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-				perr := ps.Ping(ctx)
-				cancel()
-				if perr != nil {
-					h.failed(perr)
-					return
+				case pinged.IsZero() && silent >= pingEvery:
+					pctx, pcancel := context.WithTimeout(closing, readSlice)
+					perr := ps.Ping(pctx)
+					pcancel()
+					if perr != nil {
+						h.failed(perr)
+						return
+					}
+					pinged = time.Now()
 				}
 				continue
 			}
 			// A broken connection: go-redis dials again (and
 			// re-subscribes) on the next receive.
 			h.failed(err)
-			if !sleepCtx(ctxOf(h.closing), 50*time.Millisecond) {
+			if !sleepCtx(closing, 50*time.Millisecond) {
 				return
 			}
 			continue
 		}
-		pinged = false
+		lastHeard, pinged = time.Now(), time.Time{}
 		switch m := msg.(type) {
 		case *redis.Subscription:
 			if m.Kind == "subscribe" {

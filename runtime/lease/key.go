@@ -51,9 +51,9 @@ type keys struct {
 }
 
 // redisKeys maps a user key into the runtime's namespace:
-// prefix + "{" + esc(key) + "}" + ":l" / ":f" / ":c" / ":r" / ":q" / ":x"
-// (lock, fence counter, release channel, release tombstone, waiter queue,
-// waiter expiries), where esc escapes '%',
+// prefix + "{" + esc(key) + "}" + ":l" / ":f" / ":c" / ":q" / ":x" / ":r:"
+// (lock, fence counter, release channel, waiter queue, waiter expiries,
+// and the prefix of per-identity release tombstones), where esc escapes '%',
 // '{' and '}'. The mapping is injective and no user key can produce another
 // lease's fence counter or channel.
 func redisKeys(prefix, key string) keys {
@@ -73,5 +73,5 @@ func redisKeys(prefix, key string) keys {
 	}
 	b.WriteByte('}')
 	base := b.String()
-	return keys{lock: base + ":l", fence: base + ":f", channel: base + ":c", tomb: base + ":r", queue: base + ":q", qexp: base + ":x"}
+	return keys{lock: base + ":l", fence: base + ":f", channel: base + ":c", tomb: base + ":r:", queue: base + ":q", qexp: base + ":x"}
 }

@@ -153,6 +153,8 @@ type Lease struct {
 	// inCall is true while the acquiring call's function runs: only then
 	// may a nested call on the same key reuse this lease.
 	inCall atomic.Bool
+	// ended is set once the call has released the lease.
+	ended atomic.Bool
 	// ctx is the function's context without the lease value: done when the
 	// lease is lost, the budget ends or the call returns. cancel ends it
 	// with a cause.
@@ -188,9 +190,11 @@ func (l *Lease) ReportStaleWrite(err error) {
 }
 
 // Remaining returns how long the lease is known to be valid, by this
-// process's monotonic clock (0 once it has ended).
+// process's monotonic clock: 0 once it is lost or its call has returned
+// and released it (a context that outlived the call still finds the
+// Lease, but not a valid one).
 func (l *Lease) Remaining() time.Duration {
-	if l.isLost() {
+	if l.isLost() || l.ended.Load() {
 		return 0
 	}
 	l.mu.Lock()
@@ -202,13 +206,17 @@ func (l *Lease) Remaining() time.Duration {
 // Lost is closed when the lease is lost while the function runs.
 func (l *Lease) Lost() <-chan struct{} { return l.lost }
 
-// Err returns why the lease was lost (an error wrapping ErrLost), or nil
-// while it is not.
+// Err returns why the lease was lost (an error wrapping ErrLost), an
+// error saying it was released once its call has returned, or nil while
+// it is held.
 func (l *Lease) Err() error {
-	if !l.isLost() {
-		return nil
+	if l.isLost() {
+		return l.cause
 	}
-	return l.cause
+	if l.ended.Load() {
+		return errEnded
+	}
+	return nil
 }
 
 func (l *Lease) isLost() bool {
@@ -244,22 +252,14 @@ func (l *Lease) holdTo(t time.Time) {
 	l.mu.Unlock()
 }
 
-// lose marks l lost with cause, cancels its function's context and reports
-// EventLost, once. The observer is called without any lock held.
+// lose marks l lost with cause, reports EventLost and cancels its
+// function's context, once. The event comes first, so that it precedes the
+// call's EventDone; the observer is called without any lock held.
 func (l *Lease) lose(cause error) {
-	if l.cut(cause) {
+	if l.markLost(cause) {
 		l.a.observe(Event{Kind: EventLost, Err: cause})
+		l.cancel(cause)
 	}
-}
-
-// cut is lose without the event, for callers that hold a lock: it reports
-// whether it did the cut, and then the caller must report EventLost.
-func (l *Lease) cut(cause error) bool {
-	if !l.markLost(cause) {
-		return false
-	}
-	l.cancel(cause)
-	return true
 }
 
 // markLost records cause and closes Lost once; it reports whether this

@@ -79,7 +79,13 @@ type Event struct {
 	// Held is, for EventReleased and EventReleaseUnconfirmed after work,
 	// the time from entry to the release.
 	Held time.Duration
-	Err  error // the uncertain or failing outcome, when there is one
+	// At is when the event happened (renewal events are delivered after
+	// their batch has been processed).
+	At time.Time
+	// Reentered is set on the EventDone of a nested call that reused its
+	// caller's lease (no acquire, no release of its own).
+	Reentered bool
+	Err       error // the uncertain or failing outcome, when there is one
 }
 
 // Observer receives lease events. Observe is called synchronously on the
@@ -92,13 +98,15 @@ type Observer interface {
 }
 
 // A CallObserver is also told when each call starts, before anything is
-// sent. The context it returns becomes the call's context: fn runs under it
-// and every event of the call carries it (Event.Ctx). Adapters use it to
-// start a span that parents the protected work, and to keep per-call state
-// (a value in the context) that later events find.
+// sent, with the call's spec after defaults (spec.Name, spec.TTL, ...). The
+// context it returns becomes the call's context: fn runs under it and every
+// event of the call carries it (Event.Ctx). Adapters use it to start a span
+// that parents the protected work, and to keep per-call state (a value in
+// the context) that later events find. Every call that started ends with
+// exactly one EventDone.
 type CallObserver interface {
 	Observer
-	StartCall(ctx context.Context, name, key string) context.Context
+	StartCall(ctx context.Context, key string, spec Spec) context.Context
 }
 
 // ObserverFunc adapts a function to Observer.
@@ -118,10 +126,10 @@ func (os Observers) Observe(e Event) {
 }
 
 // StartCall passes ctx through the StartCall of each CallObserver, in order.
-func (os Observers) StartCall(ctx context.Context, name, key string) context.Context {
+func (os Observers) StartCall(ctx context.Context, key string, spec Spec) context.Context {
 	for _, o := range os {
 		if co, ok := o.(CallObserver); ok {
-			ctx = co.StartCall(ctx, name, key)
+			ctx = co.StartCall(ctx, key, spec)
 		}
 	}
 	return ctx

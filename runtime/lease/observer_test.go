@@ -18,11 +18,11 @@ type callObs struct {
 	events []lease.Event
 }
 
-func (o *callObs) StartCall(ctx context.Context, name, key string) context.Context {
+func (o *callObs) StartCall(ctx context.Context, key string, s lease.Spec) context.Context {
 	o.mu.Lock()
 	o.starts++
 	o.mu.Unlock()
-	return context.WithValue(ctx, callKey{}, name+"|"+key)
+	return context.WithValue(ctx, callKey{}, s.Name+"|"+key)
 }
 
 func (o *callObs) Observe(e lease.Event) {

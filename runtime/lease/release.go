@@ -44,8 +44,15 @@ func (a *call) release(ctx context.Context, hold time.Duration) released {
 		a.observe(Event{Kind: EventReleaseUnconfirmed, Took: took, Held: held, Err: r.err})
 		return r
 	}
-	if res > 0 {
+	switch {
+	case res > 0:
 		a.observe(Event{Kind: EventReleased, Took: took, Held: held})
+	case !a.entered.IsZero():
+		what := "the key no longer held this lease"
+		if res < 0 {
+			what = "the key was held by another owner"
+		}
+		a.observe(Event{Kind: EventReleaseUnconfirmed, Took: took, Held: held, Err: fmt.Errorf("lease: release of key %q: %s", a.key, what)})
 	}
 	return r
 }
@@ -58,7 +65,7 @@ func (a *call) sendRelease(ctx context.Context, hold time.Duration) (int64, erro
 		holdMS = ms(hold)
 	}
 	k := a.k
-	return releaseScript.Run(ctx, a.c.rdb, []string{k.lock, k.channel, k.tomb, k.fence, k.queue, k.qexp},
+	return releaseScript.Run(ctx, a.c.rdb, []string{k.lock, k.channel, k.tomb + a.id, k.fence, k.queue, k.qexp},
 		a.id, holdMS, "PUBLISH", ms(a.c.tombTTL()), ms(a.c.counterTTL), a.member).Int64()
 }
 

@@ -1,13 +1,17 @@
 -- release: end the lease if ARGV[1] holds it. The first live waiter in the
 -- key's queue gets it at once (a short claim it confirms with its next
 -- acquire) and is told by a message naming it; with no waiter the key is
--- deleted. A short-lived tombstone with the identity lets a replay of this
--- release answer "released" again. With ARGV[2] > 0 (hold-min) the
--- remaining hold becomes the TTL instead, and waiters are told the lease
--- ends sooner. The caller also leaves the queue (a waiter that gives up
--- releases with its member: a claim handed to it passes on).
--- KEYS[1] lock, KEYS[2] channel, KEYS[3] tombstone, KEYS[4] fence counter,
--- KEYS[5] queue, KEYS[6] queue expiries (same hash tag)
+-- deleted. With ARGV[2] > 0 (hold-min) the remaining hold becomes the TTL
+-- instead, the value is marked "~" (no renewal of this identity matches it
+-- any more, not even a late replay), and waiters are told the lease ends
+-- sooner. Either way a short-lived tombstone for this identity lets a
+-- replay of the release (go-redis re-sends after a lost reply) answer as
+-- the first run did, whatever happened to the key since. The caller also
+-- leaves the queue (a waiter that gives up releases with its member: a
+-- claim handed to it passes on).
+-- KEYS[1] lock, KEYS[2] channel, KEYS[3] this identity's tombstone,
+-- KEYS[4] fence counter, KEYS[5] queue, KEYS[6] queue expiries (same hash
+-- tag)
 -- ARGV[1] identity, ARGV[2] hold ms, ARGV[3] publish command,
 -- ARGV[4] tombstone ttl ms, ARGV[5] counter ttl ms, ARGV[6] the caller's
 -- queue member ("" if it never queued)
@@ -17,20 +21,21 @@ if ARGV[6] ~= '' then
   redis.call('ZREM', KEYS[5], ARGV[6])
   redis.call('HDEL', KEYS[6], ARGV[6])
 end
+local done = redis.call('GET', KEYS[3])
+if done == 'h' then return 2 end
+if done then return 1 end
 local v = redis.call('GET', KEYS[1])
-if not v then
-  if redis.call('GET', KEYS[3]) == ARGV[1] then return 1 end
-  return 0
-end
+if not v then return 0 end
 local sep = string.find(v, ':', 1, true)
 if not sep or string.sub(v, 1, sep - 1) ~= ARGV[1] then return -1 end
 local hold = tonumber(ARGV[2])
 if hold > 0 then
-  redis.call('PEXPIRE', KEYS[1], hold)
+  redis.call('SET', KEYS[1], '~' .. v, 'PX', hold)
+  redis.call('SET', KEYS[3], 'h', 'PX', ARGV[4])
   redis.call(ARGV[3], KEYS[2], 'h')
   return 2
 end
-redis.call('SET', KEYS[3], ARGV[1], 'PX', ARGV[4])
+redis.call('SET', KEYS[3], '1', 'PX', ARGV[4])
 if redis.call('EXISTS', KEYS[5]) == 1 then
   local t = redis.call('TIME')
   local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)

@@ -171,20 +171,26 @@ func (rn *renewer) loop() {
 			chunk := batch[start:min(start+renewBatchMax, len(batch))]
 			rs := make([]*renewal, len(chunk))
 			dl := chunk[0].valid
+			var interval time.Duration
 			for i, d := range chunk {
 				rs[i] = d.r
 				dl = maxTime(dl, minTime(d.valid, d.r.a.end))
+				interval = max(interval, d.r.interval)
 			}
+			// Stop waiting just before the last lease of the batch ends, so
+			// that its failure is reported before its validity timer fires,
+			// and after half a renewal interval at most: go-redis cannot
+			// interrupt a read, so this bounds how long a renewal on the wire
+			// can outlive the calls it serves; an unanswered one is retried.
+			if early := dl.Add(-2 * time.Millisecond); early.After(now) {
+				dl = early
+			}
+			dl = minTime(dl, now.Add(max(interval/2, 5*time.Millisecond)))
 			flights = append(flights, rs)
 			deadlines = append(deadlines, dl)
 		}
 		for i, rs := range flights {
-			// Stop waiting just before the last lease of the batch ends, so
-			// that its failure is reported before its validity timer fires.
 			dl := deadlines[i]
-			if early := dl.Add(-2 * time.Millisecond); early.After(now) {
-				dl = early
-			}
 			ctx, cancel := context.WithDeadline(context.Background(), dl)
 			f := &flight{live: len(rs), cancel: cancel}
 			for _, r := range rs {
@@ -235,11 +241,19 @@ func (rn *renewer) renew(ctx context.Context, f *flight, batch []*renewal) {
 			r.next = sent.Add(r.interval)
 			requeue = append(requeue, r)
 		default:
-			cause := fmt.Errorf("%w: key %q: renewal refused: the key no longer holds this lease (it expired, was deleted from outside, or was taken)", ErrLost, a.key)
-			if l.cut(cause) {
+			what := "the key no longer holds this lease (it expired, was deleted from outside, or was taken)"
+			if res == -2 {
+				what = "the key holds a value of another type (overwritten from outside)"
+			}
+			cause := fmt.Errorf("%w: key %q: renewal refused: %s", ErrLost, a.key, what)
+			// Marked lost under r.mu (Do cannot return meanwhile without
+			// seeing it); the events, then the cancellation, come after the
+			// unlock, so EventLost precedes the call's EventDone.
+			if l.markLost(cause) {
 				events = append(events, func() {
 					a.observe(Event{Kind: EventRenewFailed, Took: took, Err: cause})
 					a.observe(Event{Kind: EventLost, Err: cause})
+					l.cancel(cause)
 				})
 			}
 		}

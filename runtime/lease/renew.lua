@@ -1,7 +1,10 @@
 -- renew: extend the lease only if ARGV[1] still holds it.
 -- KEYS[1] lock key; ARGV[1] identity, ARGV[2] ttl ms
--- Returns 1 when extended, 0 when not the owner (expired or taken).
-local v = redis.call('GET', KEYS[1])
+-- Returns 1 when extended, 0 when not the owner (expired, taken, or
+-- released with a hold: "~" marks it), -2 when the key holds a value of
+-- another type (overwritten from outside). Safe to replay.
+local v = redis.pcall('GET', KEYS[1])
+if type(v) == 'table' and v.err then return -2 end
 if v then
   local sep = string.find(v, ':', 1, true)
   if sep and string.sub(v, 1, sep - 1) == ARGV[1] then

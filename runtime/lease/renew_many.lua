@@ -1,11 +1,15 @@
 -- renew many: extend each lease KEYS[i] only if identity ARGV[2i-1] still
--- holds it, to ARGV[2i] ms. Returns one 1 (extended) or 0 (not the owner)
--- per key. Safe to replay. Standalone servers only (keys span slots).
+-- holds it, to ARGV[2i] ms. Returns per key 1 (extended), 0 (not the owner)
+-- or -2 (a value of another type: overwritten from outside), so that one
+-- foreign key cannot fail the others. Safe to replay. Standalone servers
+-- only (keys span slots).
 local out = {}
 for i = 1, #KEYS do
   local ok = 0
-  local v = redis.call('GET', KEYS[i])
-  if v then
+  local v = redis.pcall('GET', KEYS[i])
+  if type(v) == 'table' and v.err then
+    ok = -2
+  elseif v then
     local id = ARGV[2 * i - 1]
     local sep = string.find(v, ':', 1, true)
     if sep and string.sub(v, 1, sep - 1) == id then

@@ -37,6 +37,7 @@ func (a *call) run(ctx context.Context, l *Lease, fn func(context.Context) error
 		hold := time.Until(l.holdUntil)
 		l.mu.Unlock()
 		r := a.release(ctx, hold)
+		l.ended.Store(true)
 		if r.err == nil && r.res <= 0 && !r.at.After(validAtReturn) {
 			// Answered within our validity: the key was not ours while we
 			// were entitled to it (deleted from outside, or a failover that
