@@ -39,3 +39,16 @@ func (s *Server) setUser(ctx context.Context, name, password string, rules []str
 	s.mu.Unlock()
 	return nil
 }
+
+// ACLUser creates the user on every data node of the deployment, as
+// Server.ACLUser does, and returns a failover client that authenticates as
+// it on the data nodes (the sentinels are asked as the default user).
+func (sn *Sentinel) ACLUser(t testing.TB, name, password string, rules ...string) *redis.Client {
+	t.Helper()
+	for _, d := range sn.Data {
+		if err := d.setUser(context.Background(), name, password, rules); err != nil {
+			t.Fatalf("leasetest: %v", err)
+		}
+	}
+	return sn.FailoverClient(t, func(o *redis.FailoverOptions) { o.Username, o.Password = name, password })
+}

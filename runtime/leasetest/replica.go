@@ -77,7 +77,11 @@ func (s *Server) syncedTo(ctx context.Context, m *Server, offset int64) error {
 	if info["master_link_status"] != "up" {
 		return fmt.Errorf("%s: link to %s is %s", s.Addr(), m.Addr(), info["master_link_status"])
 	}
-	got, _ := strconv.ParseInt(info["slave_repl_offset"], 10, 64)
+	applied, ok := info["slave_repl_offset"]
+	if !ok {
+		applied = info["master_repl_offset"]
+	}
+	got, _ := strconv.ParseInt(applied, 10, 64)
 	if got < offset {
 		return fmt.Errorf("%s: applied offset %d of %s's %d", s.Addr(), got, m.Addr(), offset)
 	}
