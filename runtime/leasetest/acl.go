@@ -52,3 +52,16 @@ func (sn *Sentinel) ACLUser(t testing.TB, name, password string, rules ...string
 	}
 	return sn.FailoverClient(t, func(o *redis.FailoverOptions) { o.Username, o.Password = name, password })
 }
+
+// ACLUser creates the user on every node of the cluster, as
+// Server.ACLUser does, and returns a cluster client that authenticates as
+// it.
+func (c *Cluster) ACLUser(t testing.TB, name, password string, rules ...string) *redis.ClusterClient {
+	t.Helper()
+	for _, s := range c.Nodes {
+		if err := s.setUser(context.Background(), name, password, rules); err != nil {
+			t.Fatalf("leasetest: %v", err)
+		}
+	}
+	return c.Client(t, func(o *redis.ClusterOptions) { o.Username, o.Password = name, password })
+}
