@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/leasegen/leasegen/runtime/leasetest"
 )
 
@@ -75,6 +77,77 @@ func TestClusterReplicas(t *testing.T) {
 		t.Fatalf("restarted old master is not a replica of %s: %v, %v", tk.Promoted.Addr(), rs, err)
 	}
 	t.Logf("restarted old master rejoined as a replica: %v", time.Since(began).Round(time.Millisecond))
+}
+
+// A slot held mid-migration: a moved key answers ASK, a script over a
+// moved and an unmoved key answers TRYAGAIN, a cluster client still reads
+// both; Finish hands the slot to the target.
+func TestClusterMigration(t *testing.T) {
+	t.Parallel()
+	c := leasetest.StartCluster(t, 3)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cc := c.Client(t)
+	a, b := "{mig}a", "{mig}b"
+	for _, k := range []string{a, b} {
+		if err := cc.Set(ctx, k, k, 0).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	slot := leasetest.Slot(a)
+	from, err := c.MasterForSlot(ctx, slot)
+	if err != nil {
+		t.Fatal(err)
+	}
+	to := c.Nodes[0]
+	if to == from {
+		to = c.Nodes[1]
+	}
+	mg, err := c.BeginMigration(ctx, slot, to)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if mg.From != from || mg.To != to {
+		t.Fatalf("migration %s -> %s, want %s -> %s", mg.From.Addr(), mg.To.Addr(), from.Addr(), to.Addr())
+	}
+	if n, err := mg.MoveKeys(ctx, 1); err != nil || n != 1 {
+		t.Fatalf("MoveKeys(1) = %d, %v", n, err)
+	}
+	src := from.Client(t, func(o *redis.Options) { o.MaxRetries = -1 })
+	var moved, kept string
+	if err := src.Get(ctx, a).Err(); err != nil {
+		moved, kept = a, b
+	} else {
+		moved, kept = b, a
+	}
+	if err := src.Get(ctx, moved).Err(); err == nil || !strings.HasPrefix(err.Error(), fmt.Sprintf("ASK %d %s", slot, to.Addr())) {
+		t.Fatalf("GET of the moved key on the source: %v, want ASK %d %s", err, slot, to.Addr())
+	}
+	err = src.Eval(ctx, "return redis.call('MGET', KEYS[1], KEYS[2])", []string{a, b}).Err()
+	if err == nil || !strings.HasPrefix(err.Error(), "TRYAGAIN") {
+		t.Fatalf("script over a moved and an unmoved key: %v, want TRYAGAIN", err)
+	}
+	for _, k := range []string{moved, kept} {
+		if v, err := cc.Get(ctx, k).Result(); err != nil || v != k {
+			t.Fatalf("cluster client GET %s mid-migration: %q, %v", k, v, err)
+		}
+	}
+
+	if err := mg.Finish(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if owner, err := c.MasterForSlot(ctx, slot); err != nil || owner != to {
+		t.Fatalf("owner after Finish: %v, %v; want %s", owner, err, to.Addr())
+	}
+	if err := src.Get(ctx, kept).Err(); err == nil || !strings.HasPrefix(err.Error(), "MOVED") {
+		t.Fatalf("GET on the old owner after Finish: %v, want MOVED", err)
+	}
+	if vs, err := cc.MGet(ctx, a, b).Result(); err != nil || vs[0] != a || vs[1] != b {
+		t.Fatalf("cluster client MGET after Finish: %v, %v", vs, err)
+	}
+	if err := c.WaitOK(ctx); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // Slot agrees with the server's CLUSTER KEYSLOT, and an ACL user made on
