@@ -53,6 +53,7 @@ func StartClusterReplicas(t testing.TB, masters, replicas int, adjust ...func(*C
 		t.Fatalf("leasetest: %v", err)
 	}
 	t.Cleanup(c.Stop)
+	logOnFailure(t, "cluster node", c.Nodes...)
 	return c
 }
 
@@ -87,7 +88,7 @@ func NewCluster(masters, replicas int, adjust ...func(*ClusterOptions)) (_ *Clus
 		c.Nodes = append(c.Nodes, s)
 	}
 	if err := c.form(masters, replicas); err != nil {
-		return nil, fmt.Errorf("forming the cluster: %w", err)
+		return nil, fmt.Errorf("forming the cluster: %w\n%s", err, tails(c.Nodes))
 	}
 	return c, nil
 }
@@ -101,6 +102,15 @@ func (c *Cluster) form(masters, replicas int) error {
 			return fmt.Errorf("CLUSTER MYID on %s: %w", s.Addr(), err)
 		}
 		c.ids[s] = id
+	}
+	// Distinct config epochs before the nodes meet, as redis-cli --cluster
+	// create does: otherwise epoch collisions are resolved by bumps that a
+	// replica may not have heard of when its master dies, and the masters
+	// then deny its failover ("slot epoch > reqEpoch") for good.
+	for i, s := range c.Nodes[:masters] {
+		if err := s.do(ctx, "CLUSTER", "SET-CONFIG-EPOCH", i+1).Err(); err != nil {
+			return fmt.Errorf("CLUSTER SET-CONFIG-EPOCH on %s: %w", s.Addr(), err)
+		}
 	}
 	per := 16384 / masters
 	for i, s := range c.Nodes[:masters] {
@@ -219,8 +229,10 @@ func (c *Cluster) ReplicasOf(ctx context.Context, m *Server) ([]*Server, error) 
 }
 
 // WaitOK waits until every running node reports cluster_state:ok, all of
-// them agree on which master owns which slots, every owner is running and
-// every running replica's link to its master is up.
+// them agree on which master owns which slots (and its config epoch) and
+// on every running node's role, none sees a running node as failing, every
+// slot owner is running and every running replica's link to its master is
+// up.
 func (c *Cluster) WaitOK(ctx context.Context) error {
 	return poll(ctx, func() error { _, err := c.check(ctx); return err })
 }
@@ -330,10 +342,17 @@ func (c *Cluster) check(ctx context.Context) (map[*Server]*clusterView, error) {
 			first = s
 		} else if a, b := views[first].slotMap(), v.slotMap(); a != b {
 			return nil, fmt.Errorf("%s and %s disagree on slot owners:\n%s\n%s", first.Addr(), s.Addr(), a, b)
+		} else if a, b := c.roles(views[first]), c.roles(v); a != b {
+			return nil, fmt.Errorf("%s and %s disagree on roles:\n%s\n%s", first.Addr(), s.Addr(), a, b)
 		}
 		for _, n := range v.nodes {
 			if o := c.byID(n.id); len(n.slots) > 0 && (o == nil || !o.running()) {
 				return nil, fmt.Errorf("%s: slots %v owned by %s, which is down", s.Addr(), n.slots, c.name(n.id))
+			}
+		}
+		for _, o := range c.Nodes {
+			if n := v.nodes[c.ids[o]]; o.running() && (n == nil || n.flags["fail"] || n.flags["fail?"]) {
+				return nil, fmt.Errorf("%s does not yet see %s as a healthy node", s.Addr(), o.Addr())
 			}
 		}
 		if me := v.nodes[c.ids[s]]; me != nil && (me.flags["slave"] || me.flags["replica"]) {
@@ -377,6 +396,7 @@ type clusterNode struct {
 	id     string
 	flags  map[string]bool
 	master string // the master's ID for a replica, else "-"
+	epoch  string // config epoch
 	slots  []slotRange
 }
 
@@ -407,7 +427,7 @@ func parseClusterNodes(text string) (*clusterView, error) {
 		if len(f) < 8 {
 			return nil, fmt.Errorf("CLUSTER NODES line %q: too few fields", line)
 		}
-		n := &clusterNode{id: f[0], flags: map[string]bool{}, master: f[3]}
+		n := &clusterNode{id: f[0], flags: map[string]bool{}, master: f[3], epoch: f[6]}
 		for fl := range strings.SplitSeq(f[2], ",") {
 			n.flags[fl] = true
 		}
@@ -456,12 +476,35 @@ func (v *clusterView) replicasOf(master string) []string {
 	return ids
 }
 
-// slotMap renders who owns which slots, comparable between views.
+// roles renders the role of every running node in view v, comparable
+// between views.
+func (c *Cluster) roles(v *clusterView) string {
+	var b strings.Builder
+	for _, s := range c.Nodes {
+		if !s.running() {
+			continue
+		}
+		n := v.nodes[c.ids[s]]
+		switch {
+		case n == nil:
+			fmt.Fprintf(&b, "%s unknown\n", s.Addr())
+		case n.master != "-":
+			fmt.Fprintf(&b, "%s replica of %s\n", s.Addr(), c.name(n.master))
+		default:
+			fmt.Fprintf(&b, "%s master\n", s.Addr())
+		}
+	}
+	return b.String()
+}
+
+// slotMap renders who owns which slots with which config epoch,
+// comparable between views: a replica that has not heard of its master's
+// current epoch could not fail over.
 func (v *clusterView) slotMap() string {
 	var lines []string
 	for _, n := range v.nodes {
 		if len(n.slots) > 0 {
-			lines = append(lines, fmt.Sprint(n.id, n.slots))
+			lines = append(lines, fmt.Sprint(n.id, " epoch ", n.epoch, " ", n.slots))
 		}
 	}
 	slices.Sort(lines)

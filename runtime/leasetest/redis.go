@@ -19,6 +19,7 @@ import (
 	"os/exec"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -91,12 +92,14 @@ func launch(args []string, setup func(*Server) error) (*Server, error) {
 		}
 		dir, err := os.MkdirTemp("", "leasetest-redis-")
 		if err != nil {
+			releasePort(port)
 			return nil, err
 		}
 		s := &Server{bin: bin, port: port, dir: dir, args: slices.Clone(args)}
 		if setup != nil {
 			if err := setup(s); err != nil {
 				os.RemoveAll(dir)
+				releasePort(port)
 				return nil, err
 			}
 		}
@@ -104,17 +107,46 @@ func launch(args []string, setup func(*Server) error) (*Server, error) {
 			return s, nil
 		}
 		os.RemoveAll(s.dir)
+		releasePort(port)
 	}
 	return nil, lastErr
 }
 
+// ports are the ports of this process's servers, from their start to
+// Stop, so that no new server takes a port a killed one will restart on,
+// or a cluster node's bus port (port+10000).
+var ports = struct {
+	sync.Mutex
+	used map[int]bool
+}{used: map[int]bool{}}
+
+// freePort returns a free loopback port that is not, and is not a bus port
+// of, a port reserved by another server, and reserves it; release frees it.
 func freePort() (int, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
+	for range 100 {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return 0, err
+		}
+		p := ln.Addr().(*net.TCPAddr).Port
+		ln.Close()
+		ports.Lock()
+		clash := ports.used[p] || ports.used[p+10000] || ports.used[p-10000]
+		if !clash {
+			ports.used[p] = true
+		}
+		ports.Unlock()
+		if !clash {
+			return p, nil
+		}
 	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port, nil
+	return 0, errors.New("no free loopback port")
+}
+
+func releasePort(p int) {
+	ports.Lock()
+	delete(ports.used, p)
+	ports.Unlock()
 }
 
 func (s *Server) start() error {
@@ -163,11 +195,17 @@ func (s *Server) start() error {
 	defer rdb.Close()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
+		// INFO rather than PING: the answer must come from our process, not
+		// from another server that took the port while ours was down.
 		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
-		err := rdb.Ping(ctx).Err()
+		info, err := rdb.Info(ctx, "server").Result()
 		cancel()
 		if err == nil {
-			return nil
+			pid := parseInfo(info)["process_id"]
+			if pid == strconv.Itoa(cmd.Process.Pid) {
+				return nil
+			}
+			err = fmt.Errorf("port %d is answered by another process (pid %s)", s.port, pid)
 		}
 		select {
 		case <-exited:
@@ -178,7 +216,7 @@ func (s *Server) start() error {
 		}
 		if time.Now().After(deadline) {
 			s.Kill()
-			return fmt.Errorf("%s on port %d did not answer PING: %v", s.bin, s.port, err)
+			return fmt.Errorf("%s on port %d did not answer: %v", s.bin, s.port, err)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
@@ -258,6 +296,35 @@ func (s *Server) Log() string {
 	return string(b)
 }
 
+// logTail returns the last n lines of Log, indented, for failure messages.
+func (s *Server) logTail(n int) string {
+	lines := strings.Split(strings.TrimRight(s.Log(), "\n"), "\n")
+	lines = lines[max(0, len(lines)-n):]
+	return "\t" + strings.Join(lines, "\n\t")
+}
+
+// tails returns the last lines of each server's log, for errors.
+func tails(servers []*Server) string {
+	var b strings.Builder
+	for _, s := range servers {
+		fmt.Fprintf(&b, "%s log:\n%s\n", s.Addr(), s.logTail(10))
+	}
+	return b.String()
+}
+
+// logOnFailure logs the tails of the servers' logs if t has failed by the
+// time it ends; register it after the servers' Stop so that it runs first.
+func logOnFailure(t testing.TB, what string, servers ...*Server) {
+	t.Cleanup(func() {
+		if !t.Failed() {
+			return
+		}
+		for _, s := range servers {
+			t.Logf("leasetest: %s %s log:\n%s", what, s.Addr(), s.logTail(40))
+		}
+	})
+}
+
 func (s *Server) signal(sig syscall.Signal) {
 	s.mu.Lock()
 	cmd := s.cmd
@@ -330,6 +397,7 @@ func (s *Server) Stop() {
 	if s.dir != "" {
 		os.RemoveAll(s.dir)
 	}
+	releasePort(s.port)
 }
 
 func (s *Server) cleanLog() {

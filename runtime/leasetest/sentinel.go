@@ -53,6 +53,7 @@ func StartSentinel(t testing.TB, adjust ...func(*SentinelOptions)) *Sentinel {
 		t.Fatalf("leasetest: %v", err)
 	}
 	t.Cleanup(sn.Stop)
+	logOnFailure(t, "sentinel", sn.Sentinels...)
 	return sn
 }
 
@@ -106,7 +107,7 @@ sentinel failover-timeout %[1]s %[4]d
 		sn.Sentinels = append(sn.Sentinels, s)
 	}
 	if err := poll(ctx, sn.ready); err != nil {
-		return nil, fmt.Errorf("sentinels not ready: %w", err)
+		return nil, fmt.Errorf("sentinels not ready: %w\n%s", err, tails(sn.Sentinels))
 	}
 	return sn, nil
 }
