@@ -59,7 +59,7 @@ func StartClusterReplicas(t testing.TB, masters, replicas int, adjust ...func(*C
 
 // NewCluster is StartClusterReplicas for callers without a testing.TB.
 // Call Stop when done.
-func NewCluster(masters, replicas int, adjust ...func(*ClusterOptions)) (_ *Cluster, err error) {
+func NewCluster(masters, replicas int, adjust ...func(*ClusterOptions)) (*Cluster, error) {
 	if masters < 3 {
 		return nil, fmt.Errorf("a cluster needs at least 3 masters, got %d", masters)
 	}
@@ -74,21 +74,19 @@ func NewCluster(masters, replicas int, adjust ...func(*ClusterOptions)) (_ *Clus
 		f(&o)
 	}
 	c := &Cluster{ids: map[*Server]string{}}
-	defer func() {
-		if err != nil {
-			c.Stop()
-		}
-	}()
 	args := append([]string{"--cluster-enabled", "yes", "--cluster-node-timeout", strconv.FormatInt(o.NodeTimeout.Milliseconds(), 10)}, o.Args...)
 	for range masters * (1 + replicas) {
 		s, err := Start(args...)
 		if err != nil {
+			c.Stop()
 			return nil, err
 		}
 		c.Nodes = append(c.Nodes, s)
 	}
 	if err := c.form(masters, replicas); err != nil {
-		return nil, fmt.Errorf("forming the cluster: %w\n%s", err, tails(c.Nodes))
+		err = fmt.Errorf("forming the cluster: %w\n%s", err, tails(c.Nodes))
+		c.Stop()
+		return nil, err
 	}
 	return c, nil
 }

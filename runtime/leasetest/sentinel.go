@@ -59,7 +59,7 @@ func StartSentinel(t testing.TB, adjust ...func(*SentinelOptions)) *Sentinel {
 
 // NewSentinel is StartSentinel for callers without a testing.TB. Call Stop
 // when done.
-func NewSentinel(adjust ...func(*SentinelOptions)) (_ *Sentinel, err error) {
+func NewSentinel(adjust ...func(*SentinelOptions)) (*Sentinel, error) {
 	o := SentinelOptions{MasterName: "mymaster", DownAfter: time.Second, FailoverTimeout: 3 * time.Second}
 	for _, f := range adjust {
 		f(&o)
@@ -68,27 +68,30 @@ func NewSentinel(adjust ...func(*SentinelOptions)) (_ *Sentinel, err error) {
 		o.MasterName = "mymaster"
 	}
 	sn := &Sentinel{Name: o.MasterName}
-	defer func() {
-		if err != nil {
-			sn.Stop()
-		}
-	}()
+	if err := sn.start(o); err != nil {
+		sn.Stop()
+		return nil, err
+	}
+	return sn, nil
+}
+
+func (sn *Sentinel) start(o SentinelOptions) error {
 	primary, err := Start(o.Args...)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	sn.Data = append(sn.Data, primary)
 	for range 2 {
 		r, err := primary.NewReplica(o.Args...)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		sn.Data = append(sn.Data, r)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if err := primary.WaitSync(ctx, sn.Data[1:]...); err != nil {
-		return nil, fmt.Errorf("replicas: %w", err)
+		return fmt.Errorf("replicas: %w", err)
 	}
 	conf := fmt.Sprintf(`sentinel resolve-hostnames no
 sentinel announce-ip 127.0.0.1
@@ -102,14 +105,14 @@ sentinel failover-timeout %[1]s %[4]d
 			return os.WriteFile(s.conf, []byte(conf), 0o600)
 		})
 		if err != nil {
-			return nil, fmt.Errorf("sentinel: %w", err)
+			return fmt.Errorf("sentinel: %w", err)
 		}
 		sn.Sentinels = append(sn.Sentinels, s)
 	}
 	if err := poll(ctx, sn.ready); err != nil {
-		return nil, fmt.Errorf("sentinels not ready: %w\n%s", err, tails(sn.Sentinels))
+		return fmt.Errorf("sentinels not ready: %w\n%s", err, tails(sn.Sentinels))
 	}
-	return sn, nil
+	return nil
 }
 
 // ready reports why some sentinel does not yet see the whole deployment.
@@ -220,9 +223,10 @@ func (sn *Sentinel) Primary(ctx context.Context) (*Server, error) {
 // then waits as WaitFailover does; it returns the new primary.
 //
 // The old primary, when alive, stays a writable primary after Failover
-// returns until the sentinels convert it to a replica (Redis: ~10 s
-// later); WaitSettled waits for that. min-replicas-to-write (MinReplicas)
-// makes it refuse writes meanwhile.
+// returns until the sentinels convert it to a replica, about 9 s later
+// with Redis 7 (a sentinel waits 8 s after it first sees a replica report
+// itself a master, and reads INFO every 10 s); WaitSettled waits for that.
+// min-replicas-to-write (MinReplicas) makes it refuse writes meanwhile.
 func (sn *Sentinel) Failover(ctx context.Context) (*Server, error) {
 	old, err := sn.Primary(ctx)
 	if err != nil {
@@ -352,9 +356,9 @@ func (sn *Sentinel) FailoverClient(t testing.TB, adjust ...func(*redis.FailoverO
 // MinReplicas sets min-replicas-to-write n and min-replicas-max-lag maxLag
 // on every data node (and for their restarts): a primary then refuses
 // writes (NOREPLICAS) unless n replicas acknowledged replication within
-// maxLag, so a primary cut off from its replicas — or demoted in all but
-// name by a failover — stops accepting writes. maxLag counts whole seconds
-// (at least 1s), as Redis does.
+// maxLag, so a primary cut off from its replicas — or one whose replicas
+// a failover has moved to the new primary — stops accepting writes.
+// maxLag counts whole seconds (at least 1s), as Redis does.
 func (sn *Sentinel) MinReplicas(t testing.TB, n int, maxLag time.Duration) {
 	t.Helper()
 	if maxLag < time.Second || maxLag%time.Second != 0 {

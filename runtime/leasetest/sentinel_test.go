@@ -22,6 +22,9 @@ func replicaOf(t *testing.T, s *leasetest.Server) (role string, port int) {
 		l = strings.TrimSpace(l)
 		if v, ok := strings.CutPrefix(l, "role:"); ok {
 			role = v
+			if role == "slave" { // Redis's word; newer servers may say replica
+				role = "replica"
+			}
 		}
 		if v, ok := strings.CutPrefix(l, "master_port:"); ok {
 			port, _ = strconv.Atoi(v)
@@ -108,7 +111,7 @@ func TestSentinelFailover(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("WaitSettled (old primary demoted and in sync): %v after Failover", time.Since(began).Round(time.Millisecond))
-	if role, port := replicaOf(t, old); role != "slave" || port != p.Port() {
+	if role, port := replicaOf(t, old); role != "replica" || port != p.Port() {
 		t.Fatalf("old primary after WaitSettled: role %s of port %d, want a replica of %d", role, port, p.Port())
 	}
 }
@@ -151,7 +154,7 @@ func TestSentinelKill(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("restarted old primary a replica again: %v", time.Since(began).Round(time.Millisecond))
-	if role, port := replicaOf(t, old); role != "slave" || port != p.Port() {
+	if role, port := replicaOf(t, old); role != "replica" || port != p.Port() {
 		t.Fatalf("restarted old primary: role %s of port %d, want a replica of %d", role, port, p.Port())
 	}
 }
