@@ -26,6 +26,7 @@ type pkgGen struct {
 	pos       map[*templates.Wrapper]token.Pos
 	names     map[string]token.Pos // wrapper names declared by this run, per scope
 	generated map[string]bool      // files written by leasegen (skipped)
+	imports   map[string]string    // packages the wrappers' types come from: path -> name
 	protected []Protected
 }
 
@@ -76,7 +77,8 @@ func (g *pkgGen) build() *templates.File {
 	g.consumed = map[*ast.Comment]bool{}
 	g.pos = map[*templates.Wrapper]token.Pos{}
 	g.names = map[string]token.Pos{}
-	m := &templates.File{PkgPath: g.pkg.PkgPath, PkgName: g.pkg.Name}
+	g.imports = map[string]string{}
+	m := &templates.File{PkgPath: g.pkg.PkgPath, PkgName: g.pkg.Name, Imports: g.imports}
 
 	// Package defaults live in the package doc comment.
 	for _, f := range g.files() {
@@ -223,7 +225,7 @@ func (g *pkgGen) funcWrapper(fd *ast.FuncDecl, raw *directive.Directive) *templa
 	// Names: everything the body refers to is reserved for parameters.
 	n := newNamer()
 	n.reserve(fd.Name.Name, "context", "lease", "fmt", "strconv", "time")
-	collectPkgNames(sig, n)
+	g.usePkgs(sig, n)
 	if recvNamed != nil {
 		w.RecvName = n.alloc(recvName(fd), "r")
 		if recvPtr {
@@ -281,11 +283,15 @@ func (g *pkgGen) funcWrapper(fd *ast.FuncDecl, raw *directive.Directive) *templa
 			types.NewTuple(append([]*types.Var{types.NewParam(0, nil, "", recvType(recvNamed, recvPtr))}, tupleVars(sig.Params())...)...),
 			sig.Results(), sig.Variadic())))
 	case len(w.TypeParams) > 0:
+		// An instantiation with the wrapper's own type parameters, inside
+		// a generic func _ (see templates.emitWrapper).
 		var targs []jen.Code
 		for _, tp := range w.TypeParams {
 			targs = append(targs, jen.Id(tp.Name))
 		}
 		w.Call = jen.Id(fd.Name.Name).Types(targs...)
+		w.Tie = jen.Id(fd.Name.Name).Types(targs...)
+		w.TieType = jen.Func().Add(signatureCode(sig))
 	default:
 		w.Call = jen.Id(fd.Name.Name)
 		w.Tie = jen.Id(fd.Name.Name)
@@ -297,8 +303,8 @@ func (g *pkgGen) funcWrapper(fd *ast.FuncDecl, raw *directive.Directive) *templa
 		return nil
 	}
 	g.locals(w, n)
-	w.Spec = spec(d)
-	w.Doc = wrapperDoc(w.Name, fd.Name.Name, d)
+	w.Spec = spec(d, qualifiedName(g.pkg.Name, recvNamed, recvPtr, fd.Name.Name))
+	w.Doc = wrapperDoc(w.Name, fd.Name.Name, fd.Doc, d)
 	g.protected = append(g.protected, Protected{Func: obj, Decl: fd, Wrapper: w.Name, Fence: d.Fence.Set(), SameParams: w.ClientParam < 0})
 	return w
 }

@@ -15,6 +15,7 @@ import (
 // methods, or returns nil when none is annotated.
 func (g *pkgGen) decorator(ts *ast.TypeSpec, it *ast.InterfaceType) *templates.Decorator {
 	dirs := map[string]*directive.Directive{}
+	docs := map[string]*ast.CommentGroup{}
 	for _, f := range it.Methods.List {
 		d := g.one(g.find(f.Doc))
 		if d == nil {
@@ -25,6 +26,7 @@ func (g *pkgGen) decorator(ts *ast.TypeSpec, it *ast.InterfaceType) *templates.D
 			continue
 		}
 		dirs[f.Names[0].Name] = d
+		docs[f.Names[0].Name] = f.Doc
 	}
 	if len(dirs) == 0 {
 		return nil
@@ -39,7 +41,6 @@ func (g *pkgGen) decorator(ts *ast.TypeSpec, it *ast.InterfaceType) *templates.D
 		return nil
 	}
 	iface := named.Underlying().(*types.Interface)
-	scope := g.pkg.Types.Scope()
 	dec := &templates.Decorator{
 		Iface: ts.Name.Name, IfaceTyp: typeCode(named),
 		Ctor: "NewLeased" + exportName(ts.Name.Name), Struct: "leased" + exportName(ts.Name.Name),
@@ -50,14 +51,13 @@ func (g *pkgGen) decorator(ts *ast.TypeSpec, it *ast.InterfaceType) *templates.D
 			return nil
 		}
 	}
-	_ = scope
 	ok := true
 	for i := range iface.NumMethods() {
 		m := iface.Method(i)
 		sig := m.Signature()
 		n := newNamer()
 		n.reserve(dec.Recv, "context", "lease", "fmt", "strconv", "time")
-		collectPkgNames(sig, n)
+		g.usePkgs(sig, n)
 		w := &templates.Wrapper{Template: "decorator", Name: m.Name(), Target: ts.Name.Name + "." + m.Name(), ClientParam: -1}
 		orig := map[string]int{}
 		for j := range sig.Params().Len() {
@@ -106,8 +106,8 @@ func (g *pkgGen) decorator(ts *ast.TypeSpec, it *ast.InterfaceType) *templates.D
 		}
 		w.Key = key
 		g.locals(w, n)
-		w.Spec = spec(md)
-		w.Doc = wrapperDoc(m.Name(), "next."+m.Name(), md)
+		w.Spec = spec(md, g.pkg.Name+"."+ts.Name.Name+"."+m.Name())
+		w.Doc = wrapperDoc(m.Name(), ts.Name.Name+"."+m.Name(), docs[m.Name()], md)
 		dec.Methods = append(dec.Methods, w)
 	}
 	if !ok {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"go/format"
 	"go/scanner"
 	"os"
 	"os/exec"
@@ -80,6 +81,11 @@ func TestGolden(t *testing.T) {
 				}
 			} else {
 				for _, f := range files {
+					if f.Data != nil {
+						if formatted, err := format.Source(f.Data); err != nil || !bytes.Equal(formatted, f.Data) {
+							t.Errorf("%s is not gofmt'd (%v)", f.Path, err)
+						}
+					}
 					got = append(got, f.Data...)
 					if f.Data != nil {
 						if err := os.WriteFile(f.Path, f.Data, 0o644); err != nil {

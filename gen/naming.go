@@ -61,6 +61,9 @@ func (g *pkgGen) locals(w *templates.Wrapper, n *namer) {
 	for _, p := range w.Key {
 		if p.Marshal != nil {
 			w.ScratchVars = append(w.ScratchVars, n.alloc("text", "text"))
+			if w.KeyErrVar == "" {
+				w.KeyErrVar = n.alloc("keyErr", "keyErr")
+			}
 		}
 	}
 }
@@ -90,11 +93,20 @@ func (n *namer) alloc(want, def string) string {
 	return name
 }
 
-// collectPkgNames reserves the names of packages the signature's types
-// come from: a parameter with such a name would shadow them in the body.
-func collectPkgNames(sig *types.Signature, n *namer) {
+// usePkgs reserves the names of packages the signature's types come from
+// (a parameter with such a name would shadow them in the body) and records
+// them for the file's imports.
+func (g *pkgGen) usePkgs(sig *types.Signature, n *namer) {
 	var walk func(t types.Type)
 	seen := map[types.Type]bool{}
+	use := func(obj types.Object) {
+		if p := obj.Pkg(); p != nil {
+			n.reserve(p.Name())
+			if p != g.pkg.Types {
+				g.imports[p.Path()] = p.Name()
+			}
+		}
+	}
 	walk = func(t types.Type) {
 		if t == nil || seen[t] {
 			return
@@ -102,17 +114,18 @@ func collectPkgNames(sig *types.Signature, n *namer) {
 		seen[t] = true
 		switch t := t.(type) {
 		case *types.Named:
-			if t.Obj().Pkg() != nil {
-				n.reserve(t.Obj().Pkg().Name())
-			}
+			use(t.Obj())
 			for i := range t.TypeArgs().Len() {
 				walk(t.TypeArgs().At(i))
 			}
 		case *types.Alias:
-			if t.Obj().Pkg() != nil {
-				n.reserve(t.Obj().Pkg().Name())
+			use(t.Obj())
+			for i := range t.TypeArgs().Len() {
+				walk(t.TypeArgs().At(i))
 			}
 			walk(types.Unalias(t))
+		case *types.TypeParam:
+			walk(t.Constraint())
 		case *types.Pointer:
 			walk(t.Elem())
 		case *types.Slice:
@@ -135,12 +148,21 @@ func collectPkgNames(sig *types.Signature, n *namer) {
 			for i := range t.NumFields() {
 				walk(t.Field(i).Type())
 			}
+		case *types.Interface:
+			for i := range t.NumEmbeddeds() {
+				walk(t.EmbeddedType(i))
+			}
+			for i := range t.NumExplicitMethods() {
+				walk(t.ExplicitMethod(i).Type())
+			}
+		case *types.Union:
+			for i := range t.Len() {
+				walk(t.Term(i).Type())
+			}
 		}
 	}
-	for i := range sig.Params().Len() {
-		walk(sig.Params().At(i).Type())
+	for i := range sig.TypeParams().Len() {
+		walk(sig.TypeParams().At(i))
 	}
-	for i := range sig.Results().Len() {
-		walk(sig.Results().At(i).Type())
-	}
+	walk(sig)
 }

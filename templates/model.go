@@ -12,8 +12,11 @@ import (
 // File is one generated file: every wrapper and decorator of a package.
 type File struct {
 	PkgPath, PkgName string
-	Wrappers         []*Wrapper   // templates "func" and "method"
-	Decorators       []*Decorator // template "decorator"
+	// Imports names the packages the model's types come from (path →
+	// package name), so that the file imports them under their own names.
+	Imports    map[string]string
+	Wrappers   []*Wrapper   // templates "func" and "method"
+	Decorators []*Decorator // template "decorator"
 }
 
 // Param is one parameter of a wrapper. For a variadic last parameter Type is
@@ -42,10 +45,12 @@ type KeyPart struct {
 	NilChecks []NilCheck
 }
 
-// Spec is the lease.Spec the wrapper passes, every field explicit.
+// Spec is the lease.Spec the wrapper passes. TTL, Deadline, MinValidity
+// and Name are always written; the others when they differ from zero.
 type Spec struct {
 	TTL, Deadline, Wait, MinValidity, HoldMin time.Duration
 	Skip, Fence                               bool
+	Name                                      string // e.g. "orders.(*Server).chargeOrder"
 }
 
 // Wrapper is one protected function, method or interface method.
@@ -70,12 +75,15 @@ type Wrapper struct {
 	Client jen.Code // expression of the *lease.Client
 	Call   jen.Code // the function value to call, e.g. s.chargeOrder
 	// Tie, when set, is a function-typed expression asserting the wrapped
-	// signature, so stale output fails to compile.
+	// signature, so stale output fails to compile. For generic targets
+	// (TypeParams set) it is an instantiation with the type parameters,
+	// checked inside a generic func _.
 	Tie     jen.Code
 	TieType jen.Code
 
 	// Locals are identifiers allocated so they collide with no parameter.
 	KeyVar, ErrVar string
+	KeyErrVar      string // the error of MarshalText (when a part has Marshal)
 	ResultVars     []string
 	ScratchVars    []string // one per Marshal key part
 }

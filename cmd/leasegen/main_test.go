@@ -105,26 +105,44 @@ func TestErrorsLeaveFilesUntouched(t *testing.T) {
 	}
 }
 
-// A signature change makes the stale output fail to compile, saying why.
+// genericSrc has a generic target: its tie is an instantiation.
+const genericSrc = `package p
+
+import "context"
+
+//lease:lock k:{id} deadline=5s
+func work[T any](ctx context.Context, id string, v T) error { return nil }
+`
+
+// A signature change makes the stale output fail to compile, saying why,
+// for plain and generic targets alike. The change keeps the wrapper's own
+// body valid (an added result would not), so only the tie can catch it.
 func TestStaleOutputFailsToCompile(t *testing.T) {
-	dir := setup(t, good)
-	if code, _, stderr := leasegen(); code != 0 {
-		t.Fatalf("leasegen = %d: %s", code, stderr)
-	}
-	write(t, filepath.Join(dir, "p.go"), strings.Replace(good, "id string", "id int", 1))
-	b, err := exec.Command("go", "build", ".").CombinedOutput()
-	if err == nil {
-		t.Fatal("stale generated code still compiles")
-	}
-	if !strings.Contains(string(b), "lease_gen.go") {
-		t.Fatalf("build error does not point at the generated file:\n%s", b)
-	}
-	// Regeneration works although the stale file is broken (-tags leasegen).
-	if code, _, stderr := leasegen(); code != 0 {
-		t.Fatalf("regenerating over stale output = %d: %s", code, stderr)
-	}
-	if b, err := exec.Command("go", "build", ".").CombinedOutput(); err != nil {
-		t.Fatalf("after regeneration: %v\n%s", err, b)
+	for _, c := range []struct{ name, src, from, to string }{
+		{"func", good, "id string", "id string, opts ...string"},
+		{"generic", genericSrc, "v T)", "v T, opts ...string)"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			dir := setup(t, c.src)
+			if code, _, stderr := leasegen(); code != 0 {
+				t.Fatalf("leasegen = %d: %s", code, stderr)
+			}
+			write(t, filepath.Join(dir, "p.go"), strings.Replace(c.src, c.from, c.to, 1))
+			b, err := exec.Command("go", "build", ".").CombinedOutput()
+			if err == nil {
+				t.Fatal("stale generated code still compiles")
+			}
+			if !strings.Contains(string(b), "lease_gen.go") {
+				t.Fatalf("build error does not point at the generated file:\n%s", b)
+			}
+			// Regeneration works although the stale file is broken (-tags leasegen).
+			if code, _, stderr := leasegen(); code != 0 {
+				t.Fatalf("regenerating over stale output = %d: %s", code, stderr)
+			}
+			if b, err := exec.Command("go", "build", ".").CombinedOutput(); err != nil {
+				t.Fatalf("after regeneration: %v\n%s", err, b)
+			}
+		})
 	}
 }
 

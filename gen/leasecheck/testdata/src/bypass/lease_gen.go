@@ -7,8 +7,9 @@ package bypass
 
 import (
 	"context"
-	"github.com/leasegen/leasegen/runtime/lease"
 	"time"
+
+	"github.com/leasegen/leasegen/runtime/lease"
 )
 
 // If this fails to compile, charge changed since this file was generated: re-run go generate.
@@ -20,9 +21,10 @@ var _ func(*Server, context.Context, string) error = (*Server).charge
 func (s *Server) Charge(ctx context.Context, id string) error {
 	key := "orders:" + lease.KeyPart(id)
 	return s.leases.Do(ctx, key, lease.Spec{
+		TTL:         30 * time.Second,
 		Deadline:    5 * time.Second,
 		MinValidity: 15 * time.Second,
-		TTL:         30 * time.Second,
+		Name:        "bypass.(*Server).charge",
 	}, func(ctx context.Context) error {
 		return s.charge(ctx, id)
 	})
@@ -37,9 +39,10 @@ var _ func(context.Context, string) error = build
 func Build(ctx context.Context, c *lease.Client, day string) error {
 	key := "reports:" + lease.KeyPart(day)
 	return c.Do(ctx, key, lease.Spec{
+		TTL:         30 * time.Second,
 		Deadline:    5 * time.Second,
 		MinValidity: 15 * time.Second,
-		TTL:         30 * time.Second,
+		Name:        "bypass.build",
 	}, func(ctx context.Context) error {
 		return build(ctx, day)
 	})
@@ -54,9 +57,10 @@ var _ func(context.Context) error = Nightly
 func NightlyLeased(ctx context.Context, c *lease.Client) error {
 	key := "nightly"
 	return c.Do(ctx, key, lease.Spec{
+		TTL:         30 * time.Second,
 		Deadline:    5 * time.Second,
 		MinValidity: 15 * time.Second,
-		TTL:         30 * time.Second,
+		Name:        "bypass.Nightly",
 	}, func(ctx context.Context) error {
 		return Nightly(ctx)
 	})

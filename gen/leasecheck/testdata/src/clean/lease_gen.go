@@ -7,8 +7,9 @@ package clean
 
 import (
 	"context"
-	"github.com/leasegen/leasegen/runtime/lease"
 	"time"
+
+	"github.com/leasegen/leasegen/runtime/lease"
 )
 
 // If this fails to compile, charge changed since this file was generated: re-run go generate.
@@ -20,10 +21,11 @@ var _ func(*Server, context.Context, string) error = (*Server).charge
 func (s *Server) Charge(ctx context.Context, id string) error {
 	key := "orders:" + lease.KeyPart(id)
 	return s.leases.Do(ctx, key, lease.Spec{
-		Deadline:    5 * time.Second,
-		Fence:       true,
-		MinValidity: 15 * time.Second,
 		TTL:         30 * time.Second,
+		Deadline:    5 * time.Second,
+		MinValidity: 15 * time.Second,
+		Fence:       true,
+		Name:        "clean.(*Server).charge",
 	}, func(ctx context.Context) error {
 		return s.charge(ctx, id)
 	})
@@ -38,9 +40,10 @@ var _ func(*Server, context.Context, string) error = (*Server).fanOut
 func (s *Server) FanOut(ctx context.Context, name string) error {
 	key := "jobs:" + lease.KeyPart(name)
 	return s.leases.Do(ctx, key, lease.Spec{
+		TTL:         30 * time.Second,
 		Deadline:    5 * time.Second,
 		MinValidity: 15 * time.Second,
-		TTL:         30 * time.Second,
+		Name:        "clean.(*Server).fanOut",
 	}, func(ctx context.Context) error {
 		return s.fanOut(ctx, name)
 	})

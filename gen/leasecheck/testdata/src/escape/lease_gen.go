@@ -7,8 +7,9 @@ package escape
 
 import (
 	"context"
-	"github.com/leasegen/leasegen/runtime/lease"
 	"time"
+
+	"github.com/leasegen/leasegen/runtime/lease"
 )
 
 // If this fails to compile, leaky changed since this file was generated: re-run go generate.
@@ -20,9 +21,10 @@ var _ func(*S, context.Context) error = (*S).leaky
 func (s *S) Leaky(ctx context.Context) error {
 	key := "a"
 	return s.c.Do(ctx, key, lease.Spec{
+		TTL:         30 * time.Second,
 		Deadline:    5 * time.Second,
 		MinValidity: 15 * time.Second,
-		TTL:         30 * time.Second,
+		Name:        "escape.(*S).leaky",
 	}, func(ctx context.Context) error {
 		return s.leaky(ctx)
 	})
@@ -37,9 +39,10 @@ var _ func(*S, context.Context) error = (*S).detached
 func (s *S) Detached(ctx context.Context) error {
 	key := "b"
 	return s.c.Do(ctx, key, lease.Spec{
+		TTL:         30 * time.Second,
 		Deadline:    5 * time.Second,
 		MinValidity: 15 * time.Second,
-		TTL:         30 * time.Second,
+		Name:        "escape.(*S).detached",
 	}, func(ctx context.Context) error {
 		return s.detached(ctx)
 	})

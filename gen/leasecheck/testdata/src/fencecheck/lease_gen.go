@@ -7,8 +7,9 @@ package fencecheck
 
 import (
 	"context"
-	"github.com/leasegen/leasegen/runtime/lease"
 	"time"
+
+	"github.com/leasegen/leasegen/runtime/lease"
 )
 
 // If this fails to compile, unread changed since this file was generated: re-run go generate.
@@ -20,10 +21,11 @@ var _ func(*S, context.Context) error = (*S).unread
 func (s *S) Unread(ctx context.Context) error {
 	key := "a"
 	return s.c.Do(ctx, key, lease.Spec{
-		Deadline:    5 * time.Second,
-		Fence:       true,
-		MinValidity: 15 * time.Second,
 		TTL:         30 * time.Second,
+		Deadline:    5 * time.Second,
+		MinValidity: 15 * time.Second,
+		Fence:       true,
+		Name:        "fencecheck.(*S).unread",
 	}, func(ctx context.Context) error {
 		return s.unread(ctx)
 	})
@@ -38,9 +40,10 @@ var _ func(*S, context.Context) error = (*S).noFence
 func (s *S) NoFence(ctx context.Context) error {
 	key := "b"
 	return s.c.Do(ctx, key, lease.Spec{
+		TTL:         30 * time.Second,
 		Deadline:    5 * time.Second,
 		MinValidity: 15 * time.Second,
-		TTL:         30 * time.Second,
+		Name:        "fencecheck.(*S).noFence",
 	}, func(ctx context.Context) error {
 		return s.noFence(ctx)
 	})
@@ -55,10 +58,11 @@ var _ func(*S, context.Context) error = (*S).readsDirectly
 func (s *S) ReadsDirectly(ctx context.Context) error {
 	key := "c"
 	return s.c.Do(ctx, key, lease.Spec{
-		Deadline:    5 * time.Second,
-		Fence:       true,
-		MinValidity: 15 * time.Second,
 		TTL:         30 * time.Second,
+		Deadline:    5 * time.Second,
+		MinValidity: 15 * time.Second,
+		Fence:       true,
+		Name:        "fencecheck.(*S).readsDirectly",
 	}, func(ctx context.Context) error {
 		return s.readsDirectly(ctx)
 	})
@@ -73,10 +77,11 @@ var _ func(*S, context.Context) error = (*S).readsViaHelper
 func (s *S) ReadsViaHelper(ctx context.Context) error {
 	key := "d"
 	return s.c.Do(ctx, key, lease.Spec{
-		Deadline:    5 * time.Second,
-		Fence:       true,
-		MinValidity: 15 * time.Second,
 		TTL:         30 * time.Second,
+		Deadline:    5 * time.Second,
+		MinValidity: 15 * time.Second,
+		Fence:       true,
+		Name:        "fencecheck.(*S).readsViaHelper",
 	}, func(ctx context.Context) error {
 		return s.readsViaHelper(ctx)
 	})

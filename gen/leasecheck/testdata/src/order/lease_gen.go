@@ -7,8 +7,9 @@ package order
 
 import (
 	"context"
-	"github.com/leasegen/leasegen/runtime/lease"
 	"time"
+
+	"github.com/leasegen/leasegen/runtime/lease"
 )
 
 // If this fails to compile, debit changed since this file was generated: re-run go generate.
@@ -20,9 +21,10 @@ var _ func(*S, context.Context, string) error = (*S).debit
 func (s *S) Debit(ctx context.Context, from string) error {
 	key := "accounts:" + lease.KeyPart(from)
 	return s.c.Do(ctx, key, lease.Spec{
+		TTL:         30 * time.Second,
 		Deadline:    5 * time.Second,
 		MinValidity: 15 * time.Second,
-		TTL:         30 * time.Second,
+		Name:        "order.(*S).debit",
 	}, func(ctx context.Context) error {
 		return s.debit(ctx, from)
 	})
@@ -37,9 +39,10 @@ var _ func(*S, context.Context, string) error = (*S).credit
 func (s *S) Credit(ctx context.Context, to string) error {
 	key := "accounts:" + lease.KeyPart(to)
 	return s.c.Do(ctx, key, lease.Spec{
+		TTL:         30 * time.Second,
 		Deadline:    5 * time.Second,
 		MinValidity: 15 * time.Second,
-		TTL:         30 * time.Second,
+		Name:        "order.(*S).credit",
 	}, func(ctx context.Context) error {
 		return s.credit(ctx, to)
 	})
@@ -54,9 +57,10 @@ var _ func(*S, context.Context) error = (*S).audit
 func (s *S) Audit(ctx context.Context) error {
 	key := "audit"
 	return s.c.Do(ctx, key, lease.Spec{
+		TTL:         30 * time.Second,
 		Deadline:    5 * time.Second,
 		MinValidity: 15 * time.Second,
-		TTL:         30 * time.Second,
+		Name:        "order.(*S).audit",
 	}, func(ctx context.Context) error {
 		return s.audit(ctx)
 	})
