@@ -239,11 +239,11 @@ func (g *pkgGen) funcWrapper(fd *ast.FuncDecl, raw *directive.Directive) *templa
 	}
 
 	// The client.
-	client, clientParam, ok := g.client(d, recvNamed, w.RecvName, n)
+	src, ok := g.client(d, sig, recvNamed, w.RecvName, n)
 	if !ok {
 		return nil
 	}
-	w.Client = client
+	w.Client = src.expr
 
 	orig := map[string]int{}
 	for i := range sig.Params().Len() {
@@ -261,9 +261,13 @@ func (g *pkgGen) funcWrapper(fd *ast.FuncDecl, raw *directive.Directive) *templa
 			prm.Variadic, prm.Type = true, typeCode(p.Type().(*types.Slice).Elem())
 		}
 		w.Params = append(w.Params, prm)
-		if i == 0 && clientParam != "" {
+		if i == src.param {
+			w.Client = jen.Id(prm.Name) // the target's own client, as renamed
+		}
+		if i == 0 && src.added != "" {
 			w.ClientParam = 1
-			w.Params = append(w.Params, templates.Param{Name: clientParam, Type: jen.Op("*").Qual(leasePkg, "Client")})
+			w.Params = append(w.Params, templates.Param{Name: src.added, Type: jen.Op("*").Qual(leasePkg, "Client")})
+			w.Client = jen.Id(src.added)
 		}
 	}
 	for i := range sig.Results().Len() {
