@@ -53,6 +53,9 @@ func wrapperDoc(name, target string, targetDoc *ast.CommentGroup, d *directive.D
 	if d.Fence.Set() {
 		opts = append(opts, "fence")
 	}
+	if d.AllowEmpty.Set() {
+		opts = append(opts, "allow-empty")
+	}
 	var lines []string
 	calls := name + " calls"
 	if s := firstSentence(targetDoc); s != "" {

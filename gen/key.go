@@ -44,14 +44,15 @@ func (g *pkgGen) key(d *directive.Directive, sig *types.Signature, orig map[stri
 			out = append(out, templates.KeyPart{Lit: p.Lit, Src: p.Src})
 			continue
 		}
-		kp, good := g.keyPart(p, sig, orig, w)
+		kp, good := g.keyPart(p, sig, orig, w, n)
+		kp.NonEmpty = kp.NonEmpty && !d.AllowEmpty.Set()
 		ok = ok && good
 		out = append(out, kp)
 	}
 	return out, ok
 }
 
-func (g *pkgGen) keyPart(p directive.Part, sig *types.Signature, orig map[string]int, w *templates.Wrapper) (templates.KeyPart, bool) {
+func (g *pkgGen) keyPart(p directive.Part, sig *types.Signature, orig map[string]int, w *templates.Wrapper, n *namer) (templates.KeyPart, bool) {
 	kp := templates.KeyPart{Src: p.Src}
 	root := p.Path[0].Name
 	idx, found := orig[root]
@@ -73,7 +74,8 @@ func (g *pkgGen) keyPart(p directive.Part, sig *types.Signature, orig map[string
 	}
 	expr := jen.Id(w.Params[idx].Name)
 	text := root
-	fromCall := false
+	fromCall := false // the value so far is a method's result
+	calls := false    // the path calls a method
 	for _, seg := range p.Path[1:] {
 		if _, isTP := t.(*types.TypeParam); isTP {
 			g.errorf(p.Pos, "key part %s: %s has a type parameter's type; key parts must have concrete types", p.Src, text)
@@ -112,7 +114,7 @@ func (g *pkgGen) keyPart(p directive.Part, sig *types.Signature, orig map[string
 			}
 			expr = jen.Add(expr).Dot(seg.Name).Call()
 			t = msig.Results().At(0).Type()
-			fromCall = true
+			fromCall, calls = true, true
 		default:
 			g.errorf(p.Pos, "key part %s: %s (%s) has no field or method %s%s", p.Src, text, t, seg.Name, directive.Suggest(seg.Name, fieldsAndMethods(t, g.pkg.Types)))
 			return kp, false
@@ -122,14 +124,20 @@ func (g *pkgGen) keyPart(p directive.Part, sig *types.Signature, orig map[string
 			text += "()"
 		}
 	}
-	return g.keyValue(p, kp, expr, text, t)
+	kp, stringer, ok := g.keyValue(p, kp, expr, text, t)
+	if ok && kp.NonEmpty && kp.Str != nil && (calls || stringer) {
+		// Evaluate a method's result once: it is checked, then escaped.
+		kp.StrVar = n.alloc("part", "part")
+	}
+	return kp, ok
 }
 
 // keyValue converts the part's final value to an escaped string.
-func (g *pkgGen) keyValue(p directive.Part, kp templates.KeyPart, expr jen.Code, text string, t types.Type) (templates.KeyPart, bool) {
+// stringer reports that the value is the result of a String call.
+func (g *pkgGen) keyValue(p directive.Part, kp templates.KeyPart, expr jen.Code, text string, t types.Type) (_ templates.KeyPart, stringer, ok bool) {
 	if _, isTP := t.(*types.TypeParam); isTP {
 		g.errorf(p.Pos, "key part %s: %s has a type parameter's type; key parts must have concrete types", p.Src, text)
-		return kp, false
+		return kp, false, false
 	}
 	if ptr, ok := t.Underlying().(*types.Pointer); ok {
 		if _, basic := ptr.Elem().Underlying().(*types.Basic); basic {
@@ -146,17 +154,20 @@ func (g *pkgGen) keyValue(p directive.Part, kp templates.KeyPart, expr jen.Code,
 		}
 		switch {
 		case b.Info()&types.IsString != 0:
-			kp.Value = jen.Qual(leasePkg, "KeyPart").Call(conv("string", types.String))
-			return kp, true
+			kp.Str, kp.NonEmpty, kp.Text = conv("string", types.String), true, text
+			if tb, ok := t.(*types.Basic); !ok || tb.Kind() != types.String {
+				kp.Unconverted = expr
+			}
+			return kp, false, true
 		case b.Info()&types.IsInteger != 0 && b.Info()&types.IsUnsigned != 0:
 			kp.Value = jen.Qual("strconv", "FormatUint").Call(conv("uint64", types.Uint64), jen.Lit(10))
-			return kp, true
+			return kp, false, true
 		case b.Info()&types.IsInteger != 0:
 			kp.Value = jen.Qual("strconv", "FormatInt").Call(conv("int64", types.Int64), jen.Lit(10))
-			return kp, true
+			return kp, false, true
 		case b.Info()&types.IsBoolean != 0:
 			kp.Value = jen.Qual("strconv", "FormatBool").Call(conv("bool", types.Bool))
-			return kp, true
+			return kp, false, true
 		}
 	}
 	_, isIface := t.Underlying().(*types.Interface)
@@ -167,17 +178,17 @@ func (g *pkgGen) keyValue(p directive.Part, kp templates.KeyPart, expr jen.Code,
 		if nilable {
 			kp.NilChecks = append(kp.NilChecks, templates.NilCheck{Expr: expr, Text: text})
 		}
-		kp.Value = jen.Qual(leasePkg, "KeyPart").Call(jen.Add(expr).Dot("String").Call())
-		return kp, true
+		kp.Str, kp.NonEmpty, kp.Text = jen.Add(expr).Dot("String").Call(), true, text
+		return kp, true, true
 	case types.Implements(t, marshalIface):
 		if nilable {
 			kp.NilChecks = append(kp.NilChecks, templates.NilCheck{Expr: expr, Text: text})
 		}
-		kp.Marshal = jen.Add(expr).Dot("MarshalText").Call()
-		return kp, true
+		kp.Marshal, kp.NonEmpty, kp.Text = jen.Add(expr).Dot("MarshalText").Call(), true, text
+		return kp, false, true
 	}
 	g.errorf(p.Pos, "key part %s: unsupported type %s (want %s)", p.Src, types.TypeString(t, types.RelativeTo(g.pkg.Types)), keyKinds)
-	return kp, false
+	return kp, false, false
 }
 
 func fieldsAndMethods(t types.Type, pkg *types.Package) []string {

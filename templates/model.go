@@ -33,17 +33,37 @@ type NilCheck struct {
 	Text string   // how the message names it, e.g. "req.Order"
 }
 
-// KeyPart is literal text or one {path} of a key template.
+// KeyPart is literal text or one {path} of a key template. A {path} has
+// exactly one of Str, Value and Marshal.
 type KeyPart struct {
-	Lit string // literal text when Value is nil
+	Lit string // literal text when the part has no value
 	Src string // the part as written, e.g. "{req.Order.ID}"
-	// Value is an expression of type string, already escaped.
+	// Str is an expression of type string, the part's value before
+	// escaping (string kinds, fmt.Stringer): the template escapes it with
+	// lease.KeyPart.
+	Str jen.Code
+	// Value is an expression of type string that can never be empty and
+	// needs no escaping (integers, bools).
 	Value jen.Code
 	// Marshal, when set, is an expression of type ([]byte, error) whose
 	// bytes (escaped) are the part's value (encoding.TextMarshaler).
 	Marshal   jen.Code
 	NilChecks []NilCheck
+	// NonEmpty makes an empty Str or Marshal value an error wrapping
+	// lease.ErrBadKey (the directive has no allow-empty). Text names the
+	// value in that message, e.g. "req.CustomerID".
+	NonEmpty bool
+	Text     string
+	// StrVar, when set, is a local that holds Str, evaluated once (Str
+	// calls a method and is checked for emptiness).
+	StrVar string
+	// Unconverted, when set, is Str without its conversion to string (a
+	// named string type): the emptiness check compares it with "".
+	Unconverted jen.Code
 }
+
+// HasValue reports whether the part is a {path} rather than literal text.
+func (p KeyPart) HasValue() bool { return p.Str != nil || p.Value != nil || p.Marshal != nil }
 
 // Spec is the lease.Spec the wrapper passes. TTL, Deadline, MinValidity
 // and Name are always written; the others when they differ from zero.

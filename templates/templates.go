@@ -371,7 +371,7 @@ func body(w *Wrapper) []jen.Code {
 	scratch := 0
 	checked := map[string]bool{} // a pointer shared by several parts is checked once
 	for _, p := range w.Key {
-		if p.Value == nil && p.Marshal == nil {
+		if !p.HasValue() {
 			concat = append(concat, jen.Lit(p.Lit))
 			continue
 		}
@@ -389,10 +389,28 @@ func body(w *Wrapper) []jen.Code {
 				jen.List(jen.Id(b), jen.Id(w.KeyErrVar)).Op(":=").Add(p.Marshal),
 				jen.If(jen.Id(w.KeyErrVar).Op("!=").Nil()).Block(badKey(p.Src+": %w", jen.Id(w.KeyErrVar))),
 			)
+			if p.NonEmpty {
+				code = append(code, jen.If(jen.Len(jen.Id(b)).Op("==").Lit(0)).Block(badKey(p.Src+": "+p.Text+" is empty")))
+			}
 			concat = append(concat, jen.Qual(leasePkg, "KeyPart").Call(jen.String().Call(jen.Id(b))))
 			continue
 		}
-		concat = append(concat, p.Value)
+		if p.Value != nil {
+			concat = append(concat, p.Value)
+			continue
+		}
+		str, check := p.Str, p.Str
+		if p.Unconverted != nil {
+			check = p.Unconverted
+		}
+		if p.StrVar != "" {
+			code = append(code, jen.Id(p.StrVar).Op(":=").Add(p.Str))
+			str, check = jen.Id(p.StrVar), jen.Id(p.StrVar)
+		}
+		if p.NonEmpty {
+			code = append(code, jen.If(jen.Add(check).Op("==").Lit("")).Block(badKey(p.Src+": "+p.Text+" is empty")))
+		}
+		concat = append(concat, jen.Qual(leasePkg, "KeyPart").Call(str))
 	}
 	var keyExpr jen.Statement
 	for i, c := range concat {

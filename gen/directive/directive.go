@@ -24,7 +24,7 @@ const (
 )
 
 // Options lists the valid options, in the order the documentation gives.
-var Options = []string{"ttl", "deadline", "wait", "busy", "fence", "min-validity", "hold-min", "name", "client"}
+var Options = []string{"ttl", "deadline", "wait", "busy", "fence", "min-validity", "hold-min", "allow-empty", "name", "client"}
 
 // Duration is a duration option; Pos is zero when it was not given.
 type Duration struct {
@@ -35,8 +35,8 @@ type Duration struct {
 // Set reports whether the option was given.
 func (d Duration) Set() bool { return d.Pos.IsValid() }
 
-// Word is a word-valued option (busy, name, client) or a flag (fence, V
-// empty); Pos is zero when it was not given.
+// Word is a word-valued option (busy, name, client) or a flag (fence,
+// allow-empty; V empty); Pos is zero when it was not given.
 type Word struct {
 	V   string
 	Pos token.Pos
@@ -54,6 +54,10 @@ type Directive struct {
 
 	TTL, Deadline, Wait, MinValidity, HoldMin Duration
 	Busy, Fence, WrapperName, Client          Word
+	// AllowEmpty lets a key part's value be empty; without it an empty
+	// value is an error wrapping lease.ErrBadKey at run time (refunds:{id}
+	// with id "" would otherwise be one lease shared by every empty id).
+	AllowEmpty Word
 
 	// Invalid is set when an option failed to parse; Check then adds no
 	// errors of its own (they would only repeat the first).
@@ -172,6 +176,13 @@ func (d *Directive) set(name, val string, hasVal bool, pos, valPos token.Pos) (E
 		*dst = Word{V: val, Pos: pos}
 		return Error{}, true
 	}
+	flag := func(dst *Word) (Error, bool) {
+		if hasVal {
+			return errorf(pos, "option %s takes no value (write %s, or leave it out)", name, name), false
+		}
+		*dst = Word{Pos: pos}
+		return Error{}, true
+	}
 	switch name {
 	case "ttl":
 		return dur(&d.TTL)
@@ -193,11 +204,9 @@ func (d *Directive) set(name, val string, hasVal bool, pos, valPos token.Pos) (E
 	case "client":
 		return word(&d.Client, token.IsIdentifier, "a receiver field or package-level variable name")
 	case "fence":
-		if hasVal {
-			return errorf(pos, "option fence takes no value (write fence, or leave it out)"), false
-		}
-		d.Fence = Word{Pos: pos}
-		return Error{}, true
+		return flag(&d.Fence)
+	case "allow-empty":
+		return flag(&d.AllowEmpty)
 	}
 	return errorf(pos, "unknown option %q%s (valid: %s)", name, suggest(name, Options), strings.Join(Options, ", ")), false
 }
@@ -226,6 +235,7 @@ func (d *Directive) Merge(def *Directive) *Directive {
 	pick(&out.HoldMin, def.HoldMin)
 	pickW(&out.Busy, def.Busy)
 	pickW(&out.Fence, def.Fence)
+	pickW(&out.AllowEmpty, def.AllowEmpty)
 	pickW(&out.Client, def.Client)
 	out.Invalid = d.Invalid || def.Invalid
 	return &out

@@ -8,7 +8,7 @@ import (
 )
 
 func TestParse(t *testing.T) {
-	d, errs := Parse(100, "//lease:lock orders:{orderID} ttl=10s deadline=1m wait=2s fence busy=skip min-validity=3s hold-min=1s name=Charge client=leases")
+	d, errs := Parse(100, "//lease:lock orders:{orderID} ttl=10s deadline=1m wait=2s fence busy=skip min-validity=3s hold-min=1s name=Charge client=leases allow-empty")
 	if len(errs) > 0 {
 		t.Fatal(errs)
 	}
@@ -16,7 +16,7 @@ func TestParse(t *testing.T) {
 		t.Fatalf("key %q at %d", d.Key, d.KeyPos)
 	}
 	if d.TTL.V != 10*time.Second || d.Deadline.V != time.Minute || d.Wait.V != 2*time.Second || !d.Fence.Set() ||
-		d.Busy.V != "skip" || d.MinValidity.V != 3*time.Second || d.HoldMin.V != time.Second || d.WrapperName.V != "Charge" || d.Client.V != "leases" {
+		d.Busy.V != "skip" || d.MinValidity.V != 3*time.Second || d.HoldMin.V != time.Second || d.WrapperName.V != "Charge" || d.Client.V != "leases" || !d.AllowEmpty.Set() {
 		t.Fatalf("parsed %+v", d)
 	}
 	if d.TTL.Pos != 100+30 {
@@ -43,6 +43,8 @@ func TestParseErrors(t *testing.T) {
 		"//lease:lock k ttl=-1s":        "must not be negative",
 		"//lease:lock k busy=maybe":     "want error or skip",
 		"//lease:lock k fence=yes":      "takes no value",
+		"//lease:lock k allow-empty=1":  "takes no value",
+		"//lease:lock k allow-emtpy":    "did you mean allow-empty?",
 		"//lease:lock k name=1x":        "a Go identifier",
 		"//lease:lock k ttl=1s ttl=2s":  "duplicate option ttl",
 		"//lease:defaults name=X":       "not allowed in //lease:defaults",
@@ -70,9 +72,9 @@ func TestCheck(t *testing.T) {
 	if errs := d.Check(); len(errs) > 0 || d.TTL.V != DefaultTTL || d.MinValidity.V != DefaultTTL/2 {
 		t.Fatalf("defaults: %v %v %v", errs, d.TTL.V, d.MinValidity.V)
 	}
-	def := parse("//lease:defaults deadline=2m ttl=4s fence")
+	def := parse("//lease:defaults deadline=2m ttl=4s fence allow-empty")
 	m := parse("//lease:lock k ttl=8s").Merge(def)
-	if errs := m.Check(); len(errs) > 0 || m.Deadline.V != 2*time.Minute || m.TTL.V != 8*time.Second || !m.Fence.Set() || m.MinValidity.V != 4*time.Second {
+	if errs := m.Check(); len(errs) > 0 || m.Deadline.V != 2*time.Minute || m.TTL.V != 8*time.Second || !m.Fence.Set() || m.MinValidity.V != 4*time.Second || !m.AllowEmpty.Set() {
 		t.Fatalf("merged %+v %v", m, errs)
 	}
 	for s, want := range map[string]string{

@@ -107,6 +107,24 @@ func TestNilKeyPathIsBadKey(t *testing.T) {
 	}
 }
 
+// An empty key value is a bad key (one lease would serve every empty id),
+// unless the directive says allow-empty.
+func TestEmptyKeyPartIsBadKey(t *testing.T) {
+	c := client(t)
+	a := &Account{Leases: c}
+	before := Calls.Load()
+	if _, _, err := a.Transfer(context.Background(), "", "bob", 1); !errors.Is(err, lease.ErrBadKey) {
+		t.Fatalf("Transfer from \"\" = %v, want ErrBadKey", err)
+	}
+	if Calls.Load() != before {
+		t.Fatal("function called with an empty key part")
+	}
+	key, err := Label(context.Background(), c, "")
+	if err != nil || key != "labels:" {
+		t.Fatalf("Label(\"\") = %q, %v; want the key labels: (allow-empty)", key, err)
+	}
+}
+
 type mapStore struct{ m map[string]string }
 
 func (s *mapStore) Put(ctx context.Context, key, val string) error {
