@@ -160,12 +160,18 @@ func (g *pkgGen) misplaced(ds []*directive.Directive, what string) {
 	}
 }
 
-// checked merges package defaults and checks durations.
+// checked merges package defaults, checks durations (the directive's own
+// checks first, then the runtime's, so each problem is reported once) and
+// warns about options that cannot take full effect.
 func (g *pkgGen) checked(d *directive.Directive) (*directive.Directive, bool) {
 	m := d.Merge(g.defaults)
 	es := m.Check()
 	g.errs.addAll(es)
-	return m, len(es) == 0 && !m.Invalid
+	if len(es) > 0 || m.Invalid || !g.checkSpec(m) {
+		return m, false
+	}
+	g.warnWait(d, m)
+	return m, true
 }
 
 // funcWrapper builds the model of a function or method wrapper.

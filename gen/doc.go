@@ -8,17 +8,7 @@ import (
 	"strings"
 
 	"github.com/leasegen/leasegen/gen/directive"
-	"github.com/leasegen/leasegen/templates"
 )
-
-// spec is the lease.Spec of a checked directive. name is the target's
-// qualified name (see qualifiedName), the lease's label in observer events.
-func spec(d *directive.Directive, name string) templates.Spec {
-	return templates.Spec{
-		TTL: d.TTL.V, Deadline: d.Deadline.V, Wait: d.Wait.V, MinValidity: d.MinValidity.V, HoldMin: d.HoldMin.V,
-		Skip: d.Busy.V == "skip", Fence: d.Fence.Set(), Name: name,
-	}
-}
 
 // qualifiedName names a target as the runtime's stack traces do:
 // orders.(*Server).chargeOrder, orders.Server.chargeOrder, orders.charge.

@@ -27,6 +27,10 @@ type Config struct {
 	Output   string   // generated file name in each package; "" means lease_gen.go
 	// Logf, when set, receives progress lines (-v).
 	Logf func(format string, args ...any)
+	// Warn, when set, receives each warning (a problem that does not stop
+	// generation, such as a wait that can never be used in full), sorted,
+	// positioned like errors, whether or not there are errors.
+	Warn func(scanner.Error)
 }
 
 // File is one generated file.
@@ -65,6 +69,14 @@ func Generate(cfg Config) ([]File, error) {
 		return nil, fmt.Errorf("leasegen: no packages match %s (in %s)", strings.Join(cfg.Patterns, " "), dir)
 	}
 	el := &errList{dir: dir, fset: fset}
+	defer func() {
+		if cfg.Warn != nil {
+			el.warns.Sort()
+			for _, w := range el.warns {
+				cfg.Warn(*w)
+			}
+		}
+	}()
 	// Loading without the generated files, calls to the wrappers do not
 	// resolve. Those errors are set aside and forgiven only if this run
 	// generates the missing names; any other error stops generation.
@@ -195,12 +207,20 @@ func relPath(p string) string {
 	return p
 }
 
-// errList collects positioned errors with paths relative to dir.
+// errList collects positioned errors and warnings with paths relative to
+// dir.
 type errList struct {
-	dir  string
-	fset *token.FileSet
-	list scanner.ErrorList
-	raw  []Problem // the same problems with their token.Pos, for analyzers
+	dir   string
+	fset  *token.FileSet
+	list  scanner.ErrorList
+	raw   []Problem // the same problems with their token.Pos, for analyzers
+	warns scanner.ErrorList
+}
+
+// warn records a warning; its message gets the "warning: " prefix
+// compilers use.
+func (l *errList) warn(pos token.Pos, msg string) {
+	l.warns = append(l.warns, &scanner.Error{Pos: l.position(pos), Msg: "warning: " + msg})
 }
 
 func (l *errList) add(pos token.Pos, msg string) {

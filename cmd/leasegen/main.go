@@ -46,7 +46,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "leasegen: -o %q: want a file name ending in .go (not _test.go), without a directory\n", *out)
 		return 2
 	}
-	cfg := gen.Config{Patterns: fs.Args(), Output: *out}
+	cfg := gen.Config{Patterns: fs.Args(), Output: *out, Warn: func(w scanner.Error) { fmt.Fprintln(stderr, w.Error()) }}
 	if *verbose {
 		cfg.Logf = func(format string, a ...any) { fmt.Fprintf(stderr, format+"\n", a...) }
 	}

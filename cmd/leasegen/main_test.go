@@ -188,3 +188,19 @@ func TestGoToolLeasegen(t *testing.T) {
 		t.Fatal("go tool leasegen wrote no file")
 	}
 }
+
+// A warning is printed with its position, the file is still written, and
+// the exit status stays 0.
+func TestWarningsExitZero(t *testing.T) {
+	dir := setup(t, strings.Replace(good, "deadline=5s", "ttl=3s deadline=5s wait=4s", 1))
+	code, _, stderr := leasegen()
+	if code != 0 {
+		t.Fatalf("leasegen = %d: %s", code, stderr)
+	}
+	if !strings.Contains(stderr, "p.go:5:40: warning: lease: wait 4s can never be used in full: waiting stops after 3.25s") {
+		t.Fatalf("stderr %q; want the positioned wait warning", stderr)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "lease_gen.go")); err != nil {
+		t.Fatal("no file written despite only a warning")
+	}
+}
