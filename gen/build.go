@@ -314,7 +314,7 @@ func (g *pkgGen) funcWrapper(fd *ast.FuncDecl, raw *directive.Directive) *templa
 	}
 	g.locals(w, n)
 	w.Spec = spec(d, qualifiedName(g.pkg.Name, recvNamed, recvPtr, fd.Name.Name))
-	w.Doc = wrapperDoc(w.Name, fd.Name.Name, fd.Doc, d)
+	w.Doc = wrapperDoc(w.Name, fd.Name.Name, fd.Doc, d, len(w.Results))
 	g.protected = append(g.protected, Protected{Func: obj, Decl: fd, Wrapper: w.Name, Fence: d.Fence.Set(), SameParams: w.ClientParam < 0})
 	return w
 }

@@ -107,7 +107,7 @@ func (g *pkgGen) decorator(ts *ast.TypeSpec, it *ast.InterfaceType) *templates.D
 		w.Key = key
 		g.locals(w, n)
 		w.Spec = spec(md, g.pkg.Name+"."+ts.Name.Name+"."+m.Name())
-		w.Doc = wrapperDoc(m.Name(), ts.Name.Name+"."+m.Name(), docs[m.Name()], md)
+		w.Doc = wrapperDoc(m.Name(), ts.Name.Name+"."+m.Name(), docs[m.Name()], md, len(w.Results))
 		dec.Methods = append(dec.Methods, w)
 	}
 	if !ok {
