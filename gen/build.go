@@ -5,6 +5,7 @@ import (
 	"go/ast"
 	"go/token"
 	"go/types"
+	"slices"
 	"strconv"
 
 	"github.com/dave/jennifer/jen"
@@ -70,7 +71,8 @@ func (g *pkgGen) find(cg *ast.CommentGroup) []*directive.Directive {
 	}
 	ds, es := directive.Find(cg)
 	g.errs.addAll(es)
-	return ds
+	// //lease:ignore is leasecheck's; its mistakes are reported above.
+	return slices.DeleteFunc(ds, func(d *directive.Directive) bool { return d.Name == directive.Ignore })
 }
 
 func (g *pkgGen) build() *templates.File {
@@ -128,7 +130,7 @@ func (g *pkgGen) build() *templates.File {
 				}
 				d, es := directive.Parse(c.Slash, c.Text)
 				g.errs.addAll(es)
-				if d != nil {
+				if d != nil && d.Name != directive.Ignore {
 					g.errorf(c.Slash, "misplaced //lease:%s: it must be in the doc comment of a function, a method or an interface method%s", d.Name, map[bool]string{true: " (//lease:defaults: in the package doc comment)"}[d.Name == directive.Defaults])
 				}
 			}

@@ -204,3 +204,24 @@ func TestWarningsExitZero(t *testing.T) {
 		t.Fatal("no file written despite only a warning")
 	}
 }
+
+// A directive the tools cannot read is an error, and leasegen keeps the
+// generated file it can no longer justify instead of deleting it (the build
+// would then fail with "undefined" far from the cause).
+func TestNearMissKeepsGeneratedFile(t *testing.T) {
+	dir := setup(t, good)
+	if code, _, stderr := leasegen(); code != 0 {
+		t.Fatalf("leasegen = %d: %s", code, stderr)
+	}
+	out := filepath.Join(dir, "lease_gen.go")
+	before, _ := os.ReadFile(out)
+	write(t, filepath.Join(dir, "p.go"), strings.Replace(good, "//lease:lock", "//Lease:Lock", 1))
+	code, _, stderr := leasegen()
+	if code != 1 || !strings.Contains(stderr, `p.go:5:1: lease: malformed directive "//Lease:Lock": directives are lower case (write //lease:lock)`) {
+		t.Fatalf("leasegen = %d, stderr %q; want 1 and the near-miss error", code, stderr)
+	}
+	after, err := os.ReadFile(out)
+	if err != nil || !bytes.Equal(before, after) {
+		t.Fatalf("the generated file was removed or changed (%v)", err)
+	}
+}
