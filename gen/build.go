@@ -7,6 +7,7 @@ import (
 	"go/types"
 	"slices"
 	"strconv"
+	"strings"
 
 	"github.com/dave/jennifer/jen"
 	"golang.org/x/tools/go/packages"
@@ -29,6 +30,10 @@ type pkgGen struct {
 	generated map[string]bool      // files written by leasegen (skipped)
 	imports   map[string]string    // packages the wrappers' types come from: path -> name
 	protected []Protected
+	// tests are the package's _test.go files: their directives are errors
+	// (see testDirectives). leasegen parses them itself; analyzers get them
+	// in the package's files when they check a test variant.
+	tests []*ast.File
 }
 
 func newPkgGen(p *packages.Package, fset *token.FileSet, el *errList) *pkgGen {
@@ -46,15 +51,48 @@ func isGeneratedFile(f *ast.File) bool {
 	return len(f.Comments) > 0 && len(f.Comments[0].List) > 0 && f.Comments[0].List[0].Text == "// "+templates.Header
 }
 
-// files returns the package's files except leasegen's output.
+// files returns the package's files except leasegen's output and test
+// files.
 func (g *pkgGen) files() []*ast.File {
 	var fs []*ast.File
 	for _, f := range g.pkg.Syntax {
-		if !g.generated[g.fset.Position(f.Pos()).Filename] {
+		name := g.fset.Position(f.Pos()).Filename
+		if !g.generated[name] && !isTestFile(name) {
 			fs = append(fs, f)
 		}
 	}
 	return fs
+}
+
+func isTestFile(name string) bool { return strings.HasSuffix(name, "_test.go") }
+
+// testDirectives reports //lease:lock and //lease:defaults in test files.
+//
+// leasegen generates wrappers from a package's non-test files only: a
+// wrapper for a test function would need an output of its own per test
+// package (lease_gen_test.go for p, another for p_test) that -check and CI
+// would have to track, for code that protects nothing in production. Tests
+// call the package's wrappers, or lease.Client.Do directly. Before, leasegen
+// ignored such directives while leasecheck, which sees test files, found
+// lease_gen.go stale forever; now both report this error.
+func (g *pkgGen) testDirectives() {
+	tests := g.tests
+	for _, f := range g.pkg.Syntax {
+		if isTestFile(g.fset.Position(f.Pos()).Filename) {
+			tests = append(tests, f)
+		}
+	}
+	for _, f := range tests {
+		for _, cg := range f.Comments {
+			for _, c := range cg.List {
+				d, es := directive.Parse(c.Slash, c.Text)
+				g.errs.addAll(es)
+				if d != nil && d.Name != directive.Ignore {
+					g.errorf(c.Slash, "//lease:%s in a test file: leasegen generates wrappers from non-test files only; move the function to a non-test file (tests call its wrapper), or call lease.Client.Do in the test", d.Name)
+				}
+			}
+		}
+	}
 }
 
 func (g *pkgGen) errorf(pos token.Pos, format string, args ...any) {
@@ -81,6 +119,7 @@ func (g *pkgGen) build() *templates.File {
 	g.names = map[string]token.Pos{}
 	g.imports = map[string]string{}
 	m := &templates.File{PkgPath: g.pkg.PkgPath, PkgName: g.pkg.Name, Imports: g.imports}
+	g.testDirectives()
 
 	// Package defaults live in the package doc comment.
 	for _, f := range g.files() {

@@ -6,6 +6,8 @@ package gen
 import (
 	"bytes"
 	"fmt"
+	"go/ast"
+	"go/parser"
 	"go/scanner"
 	"go/token"
 	"os"
@@ -111,6 +113,7 @@ func Generate(cfg Config) ([]File, error) {
 			continue
 		}
 		g := newPkgGen(p, fset, el)
+		g.tests = parseTests(fset, filepath.Dir(firstFile(p)))
 		m := g.build()
 		for n := range g.names {
 			allNames = append(allNames, n[strings.LastIndex(n, ".")+1:])
@@ -154,6 +157,24 @@ func Generate(cfg Config) ([]File, error) {
 		return nil, el.list
 	}
 	return files, nil
+}
+
+// parseTests parses the _test.go files in dir that mention "lease:" in
+// any case (the rest cannot hold a directive), for their comments only.
+// Files that do not parse are skipped: compiling tests is go test's job.
+func parseTests(fset *token.FileSet, dir string) []*ast.File {
+	names, _ := filepath.Glob(filepath.Join(dir, "*_test.go"))
+	var fs []*ast.File
+	for _, name := range names {
+		src, err := os.ReadFile(name)
+		if err != nil || !bytes.Contains(bytes.ToLower(src), []byte("lease:")) {
+			continue
+		}
+		if f, _ := parser.ParseFile(fset, name, src, parser.ParseComments|parser.SkipObjectResolution); f != nil {
+			fs = append(fs, f)
+		}
+	}
+	return fs
 }
 
 type deferredErr struct {

@@ -19,7 +19,9 @@ func c(ctx context.Context, orderID string) error {
 var x = 1
 
 /* want `malformed directive "//Lease:Lock": directives are lower case \(write //lease:lock\)` */ //Lease:Lock k deadline=5s
-func d(ctx context.Context) error { return nil }
+func d(ctx context.Context) error {
+	return nil
+}
 
 func e(ctx context.Context) error {
 	/* want `//lease:ignore escape needs a reason` */ //lease:ignore escape
