@@ -6,8 +6,9 @@
 //   - stale: lease_gen.go missing or out of date (a suggested fix rewrites it);
 //   - bypass: a call to a protected function outside its generated wrapper
 //     (a suggested fix calls the wrapper where it takes the same arguments);
-//   - fence: a fenced lease whose function never reads its token, and
-//     TokenFrom inside a lease that has no fence;
+//   - fence: a fenced lease whose function never reads its token,
+//     TokenFrom inside a lease that has no fence, and token reads in
+//     functions no fenced lease can reach;
 //   - escape: a goroutine started inside a protected function that uses its
 //     context and that some path returns without waiting for;
 //   - order: two protected functions that take each other's leases in
@@ -87,6 +88,7 @@ func run(pass *analysis.Pass) (any, error) {
 	checkBypass(pass, r, ins, protected, generated)
 	markTokenReaders(pass, generated)
 	checkFence(pass, r, chk.Protected)
+	checkUnreachedTokens(pass, r, chk.Protected, generated)
 	checkEscape(pass, r, chk.Protected)
 	checkOrder(pass, r, chk.Protected)
 	r.unused()
