@@ -225,3 +225,20 @@ func TestNearMissKeepsGeneratedFile(t *testing.T) {
 		t.Fatalf("the generated file was removed or changed (%v)", err)
 	}
 }
+
+// go generate starts leasegen in the package's directory: positions are
+// then relative to the module root, so that they say which package's m.go
+// is meant (go generate ./... from the root prints them as go build would).
+func TestPositionsUnderGoGenerate(t *testing.T) {
+	dir := setup(t, strings.Replace(good, "{id}", "{idd}", 1))
+	code, _, stderr := leasegen()
+	if code != 1 || !strings.HasPrefix(stderr, "p.go:5:16: lease: key part {idd}") {
+		t.Fatalf("leasegen in the package directory = %d %q; want p.go:5:16", code, stderr)
+	}
+	t.Setenv("GOPACKAGE", "p")
+	t.Setenv("GOFILE", "p.go")
+	code, _, stderr = leasegen()
+	if code != 1 || !strings.HasPrefix(stderr, filepath.Join("p", "p.go")+":5:16: lease: key part {idd}") {
+		t.Fatalf("leasegen under go generate in %s = %d %q; want p/p.go:5:16", dir, code, stderr)
+	}
+}
