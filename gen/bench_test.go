@@ -57,6 +57,21 @@ func BenchmarkGenerate1000(b *testing.B) {
 	}
 }
 
+// BenchmarkGenerate10000 is the same with ten times the functions: the
+// generator's time should grow linearly (about ten times Generate1000).
+func BenchmarkGenerate10000(b *testing.B) {
+	dir := synthetic(b, 10000)
+	i := 0
+	for b.Loop() {
+		touch(b, dir, i)
+		i++
+		files, err := gen.Generate(gen.Config{Dir: dir})
+		if err != nil || len(files) != 1 {
+			b.Fatal(len(files), err)
+		}
+	}
+}
+
 func BenchmarkGoVet1000(b *testing.B) {
 	dir := synthetic(b, 1000)
 	i := 0
