@@ -9,7 +9,6 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/dave/jennifer/jen"
 	"golang.org/x/tools/go/packages"
 
 	"github.com/leasegen/leasegen/gen/directive"
@@ -20,16 +19,18 @@ const leasePkg = "github.com/leasegen/leasegen/runtime/lease"
 
 // pkgGen builds the model of one package.
 type pkgGen struct {
-	pkg       *packages.Package
-	fset      *token.FileSet
-	errs      *errList
-	defaults  *directive.Directive
-	consumed  map[*ast.Comment]bool
-	pos       map[*templates.Wrapper]token.Pos
-	names     map[string]token.Pos // wrapper names declared by this run, per scope
-	generated map[string]bool      // files written by leasegen (skipped)
-	imports   map[string]string    // packages the wrappers' types come from: path -> name
-	protected []Protected
+	pkg         *packages.Package
+	fset        *token.FileSet
+	errs        *errList
+	defaults    *directive.Directive
+	consumed    map[*ast.Comment]bool
+	pos         map[*templates.Wrapper]token.Pos
+	names       map[string]token.Pos // wrapper names declared by this run, per scope
+	generated   map[string]bool      // files written by leasegen (skipped)
+	imports     map[string]string    // the generated file's import names: path -> name
+	importPaths map[string]string    // and back: name -> path
+	memberCache map[*types.Named]map[string]types.Object
+	protected   []Protected
 	// tests are the package's _test.go files: their directives are errors
 	// (see testDirectives). leasegen parses them itself; analyzers get them
 	// in the package's files when they check a test variant.
@@ -117,7 +118,10 @@ func (g *pkgGen) build() *templates.File {
 	g.consumed = map[*ast.Comment]bool{}
 	g.pos = map[*templates.Wrapper]token.Pos{}
 	g.names = map[string]token.Pos{}
-	g.imports = map[string]string{}
+	g.imports, g.importPaths = map[string]string{}, map[string]string{}
+	for _, path := range fixedImports {
+		g.importName(path, path[strings.LastIndex(path, "/")+1:])
+	}
 	m := &templates.File{PkgPath: g.pkg.PkgPath, PkgName: g.pkg.Name, Imports: g.imports}
 	g.testDirectives()
 
@@ -244,13 +248,6 @@ func (g *pkgGen) funcWrapper(fd *ast.FuncDecl, raw *directive.Directive) *templa
 			return nil
 		}
 	}
-	if sig.TypeParams().Len() > 0 && recvNamed == nil {
-		for i := range sig.TypeParams().Len() {
-			tp := sig.TypeParams().At(i)
-			w.TypeParams = append(w.TypeParams, templates.Param{Name: tp.Obj().Name(), Type: typeCode(tp.Constraint())})
-		}
-	}
-
 	// The wrapper's name.
 	switch {
 	case d.WrapperName.Set():
@@ -269,17 +266,56 @@ func (g *pkgGen) funcWrapper(fd *ast.FuncDecl, raw *directive.Directive) *templa
 		return nil
 	}
 
+	// Type text first: it names the imports, which no parameter may shadow.
+	q := g.qual()
+	if sig.TypeParams().Len() > 0 && recvNamed == nil {
+		for i := range sig.TypeParams().Len() {
+			tp := sig.TypeParams().At(i)
+			w.TypeParams = append(w.TypeParams, templates.Param{Name: tp.Obj().Name(), Type: q.typ(tp.Constraint())})
+		}
+	}
+	paramTypes := make([]string, sig.Params().Len())
+	for i := range paramTypes {
+		t := sig.Params().At(i).Type()
+		if sig.Variadic() && i == len(paramTypes)-1 {
+			t = t.(*types.Slice).Elem()
+		}
+		paramTypes[i] = q.typ(t)
+	}
+	for i := range sig.Results().Len() {
+		w.Results = append(w.Results, q.typ(sig.Results().At(i).Type()))
+	}
+	// The compile-time tie to the wrapped signature.
+	switch {
+	case recvNamed != nil:
+		w.RecvType = q.typ(recvType(recvNamed, recvPtr))
+		if recvPtr {
+			w.Tie = "(" + w.RecvType + ")." + fd.Name.Name
+		} else {
+			w.Tie = w.RecvType + "." + fd.Name.Name
+		}
+		w.TieType = "func" + q.signature(types.NewSignatureType(nil, nil, nil,
+			types.NewTuple(append([]*types.Var{types.NewParam(0, nil, "", recvType(recvNamed, recvPtr))}, tupleVars(sig.Params())...)...),
+			sig.Results(), sig.Variadic()))
+	case len(w.TypeParams) > 0:
+		// An instantiation with the wrapper's own type parameters, inside
+		// a generic func _ (see templates.emitWrapper).
+		var targs []string
+		for _, tp := range w.TypeParams {
+			targs = append(targs, tp.Name)
+		}
+		w.Tie = fd.Name.Name + "[" + strings.Join(targs, ", ") + "]"
+		w.TieType = "func" + q.signature(sig)
+	default:
+		w.Tie = fd.Name.Name
+		w.TieType = "func" + q.signature(sig)
+	}
+
 	// Names: everything the body refers to is reserved for parameters.
-	n := newNamer()
-	n.reserve(fd.Name.Name, "context", "lease", "fmt", "strconv", "time")
-	g.usePkgs(sig, n)
+	n := g.newNamer(q)
+	n.reserve(fd.Name.Name)
 	if recvNamed != nil {
 		w.RecvName = n.alloc(recvName(fd), "r")
-		if recvPtr {
-			w.RecvType = jen.Op("*").Add(typeCode(recvNamed))
-		} else {
-			w.RecvType = typeCode(recvNamed)
-		}
 	}
 	for _, tp := range w.TypeParams {
 		n.reserve(tp.Name)
@@ -303,57 +339,32 @@ func (g *pkgGen) funcWrapper(fd *ast.FuncDecl, raw *directive.Directive) *templa
 		if i == 0 {
 			def = "ctx"
 		}
-		prm := templates.Param{Name: n.alloc(name, def), Type: typeCode(p.Type())}
-		if sig.Variadic() && i == sig.Params().Len()-1 {
-			prm.Variadic, prm.Type = true, typeCode(p.Type().(*types.Slice).Elem())
-		}
+		prm := templates.Param{Name: n.alloc(name, def), Type: paramTypes[i], Variadic: sig.Variadic() && i == sig.Params().Len()-1}
 		w.Params = append(w.Params, prm)
 		if i == src.param {
-			w.Client = jen.Id(prm.Name) // the target's own client, as renamed
+			w.Client = prm.Name // the target's own client, as renamed
 		}
 		if i == 0 && src.added != "" {
 			w.ClientParam = 1
-			w.Params = append(w.Params, templates.Param{Name: src.added, Type: jen.Op("*").Qual(leasePkg, "Client")})
-			w.Client = jen.Id(src.added)
+			w.Params = append(w.Params, templates.Param{Name: src.added, Type: "*" + q.lease() + ".Client"})
+			w.Client = src.added
 		}
 	}
-	for i := range sig.Results().Len() {
-		w.Results = append(w.Results, typeCode(sig.Results().At(i).Type()))
-	}
 
-	// The call and the compile-time tie to the wrapped signature.
+	// The call.
 	switch {
 	case recvNamed != nil:
-		w.Call = jen.Id(w.RecvName).Dot(fd.Name.Name)
-		if recvPtr {
-			w.Tie = jen.Parens(jen.Op("*").Add(typeCode(recvNamed))).Dot(fd.Name.Name)
-		} else {
-			w.Tie = jen.Add(typeCode(recvNamed)).Dot(fd.Name.Name)
-		}
-		w.TieType = jen.Func().Add(signatureCode(types.NewSignatureType(nil, nil, nil,
-			types.NewTuple(append([]*types.Var{types.NewParam(0, nil, "", recvType(recvNamed, recvPtr))}, tupleVars(sig.Params())...)...),
-			sig.Results(), sig.Variadic())))
-	case len(w.TypeParams) > 0:
-		// An instantiation with the wrapper's own type parameters, inside
-		// a generic func _ (see templates.emitWrapper).
-		var targs []jen.Code
-		for _, tp := range w.TypeParams {
-			targs = append(targs, jen.Id(tp.Name))
-		}
-		w.Call = jen.Id(fd.Name.Name).Types(targs...)
-		w.Tie = jen.Id(fd.Name.Name).Types(targs...)
-		w.TieType = jen.Func().Add(signatureCode(sig))
+		w.Call = w.RecvName + "." + fd.Name.Name
 	default:
-		w.Call = jen.Id(fd.Name.Name)
-		w.Tie = jen.Id(fd.Name.Name)
-		w.TieType = jen.Func().Add(signatureCode(sig))
+		w.Call = w.Tie // f, or f[K, V]
 	}
 
-	w.Key, ok = g.key(d, sig, orig, w, n)
+	w.Key, ok = g.key(d, sig, orig, w, n, q)
 	if !ok {
 		return nil
 	}
 	g.locals(w, n)
+	w.Uses, w.Format = q.paths(), q.multiline
 	w.Spec = spec(d, qualifiedName(g.pkg.Name, recvNamed, recvPtr, fd.Name.Name))
 	w.Doc = wrapperDoc(w.Name, fd.Name.Name, fd.Doc, d, len(w.Results))
 	g.protected = append(g.protected, Protected{Func: obj, Decl: fd, Wrapper: w.Name, Fence: d.Fence.Set(), SameParams: w.ClientParam < 0})

@@ -5,8 +5,6 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/dave/jennifer/jen"
-
 	"github.com/leasegen/leasegen/gen/directive"
 )
 
@@ -16,9 +14,9 @@ import (
 // expression (receiver field, package variable), one of the target's own
 // parameters, or a parameter the wrapper adds after ctx.
 type clientSource struct {
-	expr  jen.Code // a field or package variable; nil otherwise
-	param int      // index of the target's own *lease.Client parameter, or -1
-	added string   // name of the added parameter, or ""
+	expr  string // a field or package variable; "" otherwise
+	param int    // index of the target's own *lease.Client parameter, or -1
+	added string // name of the added parameter, or ""
 }
 
 // client finds the source, in this order: client= (a receiver field, a
@@ -53,7 +51,7 @@ func (g *pkgGen) client(d *directive.Directive, sig *types.Signature, recv *type
 		name := d.Client.V
 		for _, f := range fields {
 			if f == name {
-				return clientSource{expr: jen.Id(recvName).Dot(name), param: -1}, true
+				return clientSource{expr: recvName + "." + name, param: -1}, true
 			}
 		}
 		for _, i := range params {
@@ -63,7 +61,7 @@ func (g *pkgGen) client(d *directive.Directive, sig *types.Signature, recv *type
 		}
 		if v, ok := g.pkg.Types.Scope().Lookup(name).(*types.Var); ok && isLeaseClient(v.Type()) {
 			n.reserve(name)
-			return clientSource{expr: jen.Id(name), param: -1}, true
+			return clientSource{expr: name, param: -1}, true
 		}
 		var cands []string
 		cands = append(cands, fields...)
@@ -80,7 +78,7 @@ func (g *pkgGen) client(d *directive.Directive, sig *types.Signature, recv *type
 	}
 	switch {
 	case len(fields) == 1:
-		return clientSource{expr: jen.Id(recvName).Dot(fields[0]), param: -1}, true
+		return clientSource{expr: recvName + "." + fields[0], param: -1}, true
 	case len(fields) > 1:
 		g.errorf(d.Slash, "the receiver has %d fields of type *lease.Client (%s): choose one with client=", len(fields), strings.Join(fields, ", "))
 		return none, false

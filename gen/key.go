@@ -6,8 +6,6 @@ import (
 	"maps"
 	"slices"
 
-	"github.com/dave/jennifer/jen"
-
 	"github.com/leasegen/leasegen/gen/directive"
 	"github.com/leasegen/leasegen/templates"
 )
@@ -31,7 +29,7 @@ func newIface(name string, params []types.Type, results ...types.Type) *types.In
 const keyKinds = "string, integer, bool, fmt.Stringer or encoding.TextMarshaler"
 
 // key resolves the key template against the parameters.
-func (g *pkgGen) key(d *directive.Directive, sig *types.Signature, orig map[string]int, w *templates.Wrapper, n *namer) ([]templates.KeyPart, bool) {
+func (g *pkgGen) key(d *directive.Directive, sig *types.Signature, orig map[string]int, w *templates.Wrapper, n *namer, q *qual) ([]templates.KeyPart, bool) {
 	parts, es := directive.ParseKey(d.Key, d.KeyPos)
 	g.errs.addAll(es)
 	if len(es) > 0 {
@@ -44,7 +42,7 @@ func (g *pkgGen) key(d *directive.Directive, sig *types.Signature, orig map[stri
 			out = append(out, templates.KeyPart{Lit: p.Lit, Src: p.Src})
 			continue
 		}
-		kp, good := g.keyPart(p, sig, orig, w, n)
+		kp, good := g.keyPart(p, sig, orig, w, n, q)
 		kp.NonEmpty = kp.NonEmpty && !d.AllowEmpty.Set()
 		ok = ok && good
 		out = append(out, kp)
@@ -52,7 +50,7 @@ func (g *pkgGen) key(d *directive.Directive, sig *types.Signature, orig map[stri
 	return out, ok
 }
 
-func (g *pkgGen) keyPart(p directive.Part, sig *types.Signature, orig map[string]int, w *templates.Wrapper, n *namer) (templates.KeyPart, bool) {
+func (g *pkgGen) keyPart(p directive.Part, sig *types.Signature, orig map[string]int, w *templates.Wrapper, n *namer, q *qual) (templates.KeyPart, bool) {
 	kp := templates.KeyPart{Src: p.Src}
 	root := p.Path[0].Name
 	idx, found := orig[root]
@@ -72,7 +70,7 @@ func (g *pkgGen) keyPart(p directive.Part, sig *types.Signature, orig map[string
 		g.errorf(p.Pos, "key part %s: %s is variadic; key parts must be single values", p.Src, root)
 		return kp, false
 	}
-	expr := jen.Id(w.Params[idx].Name)
+	expr := w.Params[idx].Name
 	text := root
 	fromCall := false // the value so far is a method's result
 	calls := false    // the path calls a method
@@ -82,7 +80,7 @@ func (g *pkgGen) keyPart(p directive.Part, sig *types.Signature, orig map[string
 			return kp, false
 		}
 		if _, isPtr := t.Underlying().(*types.Pointer); isPtr {
-			kp.NilChecks = append(kp.NilChecks, templates.NilCheck{Expr: jen.Add(expr), Text: text})
+			kp.NilChecks = append(kp.NilChecks, templates.NilCheck{Expr: expr, Text: text})
 		}
 		obj, index, _ := types.LookupFieldOrMethod(t, true, g.pkg.Types, seg.Name)
 		switch obj := obj.(type) {
@@ -95,7 +93,7 @@ func (g *pkgGen) keyPart(p directive.Part, sig *types.Signature, orig map[string
 				g.errorf(p.Pos, "key part %s: %s.%s is promoted from an embedded field; spell out the path", p.Src, text, seg.Name)
 				return kp, false
 			}
-			expr = jen.Add(expr).Dot(seg.Name)
+			expr += "." + seg.Name
 			t = obj.Type()
 			fromCall = false
 		case *types.Func:
@@ -112,7 +110,7 @@ func (g *pkgGen) keyPart(p directive.Part, sig *types.Signature, orig map[string
 				g.errorf(p.Pos, "key part %s: %s has a pointer receiver and %s is not addressable", p.Src, seg.Name, text)
 				return kp, false
 			}
-			expr = jen.Add(expr).Dot(seg.Name).Call()
+			expr += "." + seg.Name + "()"
 			t = msig.Results().At(0).Type()
 			fromCall, calls = true, true
 		default:
@@ -124,8 +122,8 @@ func (g *pkgGen) keyPart(p directive.Part, sig *types.Signature, orig map[string
 			text += "()"
 		}
 	}
-	kp, stringer, ok := g.keyValue(p, kp, expr, text, t)
-	if ok && kp.NonEmpty && kp.Str != nil && (calls || stringer) {
+	kp, stringer, ok := g.keyValue(p, kp, expr, text, t, q)
+	if ok && kp.NonEmpty && kp.Str != "" && (calls || stringer) {
 		// Evaluate a method's result once: it is checked, then escaped.
 		kp.StrVar = n.alloc("part", "part")
 	}
@@ -134,7 +132,7 @@ func (g *pkgGen) keyPart(p directive.Part, sig *types.Signature, orig map[string
 
 // keyValue converts the part's final value to an escaped string.
 // stringer reports that the value is the result of a String call.
-func (g *pkgGen) keyValue(p directive.Part, kp templates.KeyPart, expr jen.Code, text string, t types.Type) (_ templates.KeyPart, stringer, ok bool) {
+func (g *pkgGen) keyValue(p directive.Part, kp templates.KeyPart, expr, text string, t types.Type, q *qual) (_ templates.KeyPart, stringer, ok bool) {
 	if _, isTP := t.(*types.TypeParam); isTP {
 		g.errorf(p.Pos, "key part %s: %s has a type parameter's type; key parts must have concrete types", p.Src, text)
 		return kp, false, false
@@ -142,16 +140,17 @@ func (g *pkgGen) keyValue(p directive.Part, kp templates.KeyPart, expr jen.Code,
 	if ptr, ok := t.Underlying().(*types.Pointer); ok {
 		if _, basic := ptr.Elem().Underlying().(*types.Basic); basic {
 			kp.NilChecks = append(kp.NilChecks, templates.NilCheck{Expr: expr, Text: text})
-			expr, t = jen.Op("*").Add(expr), ptr.Elem()
+			expr, t = "*"+expr, ptr.Elem()
 		}
 	}
 	if b, ok := t.Underlying().(*types.Basic); ok {
-		conv := func(to string, want types.BasicKind) jen.Code {
+		conv := func(to string, want types.BasicKind) string {
 			if tb, ok := t.(*types.Basic); ok && tb.Kind() == want {
 				return expr
 			}
-			return jen.Id(to).Call(expr)
+			return to + "(" + expr + ")"
 		}
+		strconv := func(fn, arg string) string { return q.pkg("strconv", "strconv") + "." + fn + "(" + arg + ")" }
 		switch {
 		case b.Info()&types.IsString != 0:
 			kp.Str, kp.NonEmpty, kp.Text = conv("string", types.String), true, text
@@ -160,13 +159,13 @@ func (g *pkgGen) keyValue(p directive.Part, kp templates.KeyPart, expr jen.Code,
 			}
 			return kp, false, true
 		case b.Info()&types.IsInteger != 0 && b.Info()&types.IsUnsigned != 0:
-			kp.Value = jen.Qual("strconv", "FormatUint").Call(conv("uint64", types.Uint64), jen.Lit(10))
+			kp.Value = strconv("FormatUint", conv("uint64", types.Uint64)+", 10")
 			return kp, false, true
 		case b.Info()&types.IsInteger != 0:
-			kp.Value = jen.Qual("strconv", "FormatInt").Call(conv("int64", types.Int64), jen.Lit(10))
+			kp.Value = strconv("FormatInt", conv("int64", types.Int64)+", 10")
 			return kp, false, true
 		case b.Info()&types.IsBoolean != 0:
-			kp.Value = jen.Qual("strconv", "FormatBool").Call(conv("bool", types.Bool))
+			kp.Value = strconv("FormatBool", conv("bool", types.Bool))
 			return kp, false, true
 		}
 	}
@@ -178,13 +177,13 @@ func (g *pkgGen) keyValue(p directive.Part, kp templates.KeyPart, expr jen.Code,
 		if nilable {
 			kp.NilChecks = append(kp.NilChecks, templates.NilCheck{Expr: expr, Text: text})
 		}
-		kp.Str, kp.NonEmpty, kp.Text = jen.Add(expr).Dot("String").Call(), true, text
+		kp.Str, kp.NonEmpty, kp.Text = expr+".String()", true, text
 		return kp, true, true
 	case types.Implements(t, marshalIface):
 		if nilable {
 			kp.NilChecks = append(kp.NilChecks, templates.NilCheck{Expr: expr, Text: text})
 		}
-		kp.Marshal, kp.NonEmpty, kp.Text = jen.Add(expr).Dot("MarshalText").Call(), true, text
+		kp.Marshal, kp.NonEmpty, kp.Text = expr+".MarshalText()", true, text
 		return kp, false, true
 	}
 	g.errorf(p.Pos, "key part %s: unsupported type %s (want %s)", p.Src, types.TypeString(t, types.RelativeTo(g.pkg.Types)), keyKinds)

@@ -25,6 +25,50 @@ func recvName(fd *ast.FuncDecl) string {
 	return ""
 }
 
+// members returns the fields and methods, promoted ones included, that a
+// selector on *recv can reach, by name, computed once per type: looking
+// each wrapper name up on its own (types.LookupFieldOrMethod) scans every
+// method each time, quadratic in a type with thousands of methods.
+func (g *pkgGen) members(recv *types.Named) map[string]types.Object {
+	if m, ok := g.memberCache[recv]; ok {
+		return m
+	}
+	m := map[string]types.Object{}
+	ms := types.NewMethodSet(types.NewPointer(recv))
+	for i := range ms.Len() {
+		if obj := ms.At(i).Obj(); m[obj.Name()] == nil {
+			m[obj.Name()] = obj
+		}
+	}
+	seen := map[types.Type]bool{}
+	var fields func(t types.Type)
+	fields = func(t types.Type) {
+		if p, ok := t.Underlying().(*types.Pointer); ok {
+			t = p.Elem()
+		}
+		st, ok := t.Underlying().(*types.Struct)
+		if !ok || seen[t] {
+			return
+		}
+		seen[t] = true
+		for i := range st.NumFields() {
+			f := st.Field(i)
+			if m[f.Name()] == nil {
+				m[f.Name()] = f
+			}
+			if f.Embedded() {
+				fields(f.Type())
+			}
+		}
+	}
+	fields(recv)
+	if g.memberCache == nil {
+		g.memberCache = map[*types.Named]map[string]types.Object{}
+	}
+	g.memberCache[recv] = m
+	return m
+}
+
 // declare records a wrapper name and reports a clash with an existing
 // declaration in its scope (the package, or the receiver's method set).
 func (g *pkgGen) declare(pos token.Pos, name string, recv *types.Named) bool {
@@ -32,7 +76,7 @@ func (g *pkgGen) declare(pos token.Pos, name string, recv *types.Named) bool {
 	var existing types.Object
 	if recv != nil {
 		scopeKey = recv.Obj().Name() + "." + name
-		existing, _, _ = types.LookupFieldOrMethod(types.NewPointer(recv), true, g.pkg.Types, name)
+		existing = g.members(recv)[name]
 	} else {
 		existing = g.pkg.Types.Scope().Lookup(name)
 	}
@@ -59,7 +103,7 @@ func (g *pkgGen) locals(w *templates.Wrapper, n *namer) {
 		w.ResultVars = append(w.ResultVars, n.alloc("r"+strconv.Itoa(i), "r"))
 	}
 	for _, p := range w.Key {
-		if p.Marshal != nil {
+		if p.Marshal != "" {
 			w.ScratchVars = append(w.ScratchVars, n.alloc("text", "text"))
 			if w.KeyErrVar == "" {
 				w.KeyErrVar = n.alloc("keyErr", "keyErr")
@@ -93,76 +137,16 @@ func (n *namer) alloc(want, def string) string {
 	return name
 }
 
-// usePkgs reserves the names of packages the signature's types come from
-// (a parameter with such a name would shadow them in the body) and records
-// them for the file's imports.
-func (g *pkgGen) usePkgs(sig *types.Signature, n *namer) {
-	var walk func(t types.Type)
-	seen := map[types.Type]bool{}
-	use := func(obj types.Object) {
-		if p := obj.Pkg(); p != nil {
-			n.reserve(p.Name())
-			if p != g.pkg.Types {
-				g.imports[p.Path()] = p.Name()
-			}
-		}
+// newNamer returns a namer for one wrapper with every import name its
+// text refers to reserved, and those of the packages the templates use: a
+// parameter with such a name would shadow the package in the body.
+func (g *pkgGen) newNamer(q *qual) *namer {
+	n := newNamer()
+	for _, path := range fixedImports {
+		n.reserve(g.imports[path])
 	}
-	walk = func(t types.Type) {
-		if t == nil || seen[t] {
-			return
-		}
-		seen[t] = true
-		switch t := t.(type) {
-		case *types.Named:
-			use(t.Obj())
-			for i := range t.TypeArgs().Len() {
-				walk(t.TypeArgs().At(i))
-			}
-		case *types.Alias:
-			use(t.Obj())
-			for i := range t.TypeArgs().Len() {
-				walk(t.TypeArgs().At(i))
-			}
-			walk(types.Unalias(t))
-		case *types.TypeParam:
-			walk(t.Constraint())
-		case *types.Pointer:
-			walk(t.Elem())
-		case *types.Slice:
-			walk(t.Elem())
-		case *types.Array:
-			walk(t.Elem())
-		case *types.Map:
-			walk(t.Key())
-			walk(t.Elem())
-		case *types.Chan:
-			walk(t.Elem())
-		case *types.Signature:
-			for i := range t.Params().Len() {
-				walk(t.Params().At(i).Type())
-			}
-			for i := range t.Results().Len() {
-				walk(t.Results().At(i).Type())
-			}
-		case *types.Struct:
-			for i := range t.NumFields() {
-				walk(t.Field(i).Type())
-			}
-		case *types.Interface:
-			for i := range t.NumEmbeddeds() {
-				walk(t.EmbeddedType(i))
-			}
-			for i := range t.NumExplicitMethods() {
-				walk(t.ExplicitMethod(i).Type())
-			}
-		case *types.Union:
-			for i := range t.Len() {
-				walk(t.Term(i).Type())
-			}
-		}
+	for path := range q.uses {
+		n.reserve(g.imports[path])
 	}
-	for i := range sig.TypeParams().Len() {
-		walk(sig.TypeParams().At(i))
-	}
-	walk(sig)
+	return n
 }

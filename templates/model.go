@@ -1,19 +1,21 @@
-// Package templates holds the jennifer emitters of leasegen, one per wrapper
-// shape, in a named registry. Their input is the model below, which the gen
+// Package templates holds the emitters of leasegen, one per wrapper shape,
+// in a named registry. Their input is the model below, which the gen
 // package precomputes: templates never inspect go/types.
+//
+// The model carries Go source text for types and expressions, as gofmt
+// prints it, and the emitters write gofmt's layout around it, so the file
+// needs no formatting pass: gofmt of every wrapper was most of the
+// generator's time on large packages. The golden tests hold every output to
+// gofmt, byte for byte.
 package templates
 
-import (
-	"time"
-
-	"github.com/dave/jennifer/jen"
-)
+import "time"
 
 // File is one generated file: every wrapper and decorator of a package.
 type File struct {
 	PkgPath, PkgName string
-	// Imports names the packages the model's types come from (path →
-	// package name), so that the file imports them under their own names.
+	// Imports names every package the file may import (path → name), each
+	// name distinct; the file imports those its wrappers use.
 	Imports    map[string]string
 	Wrappers   []*Wrapper   // templates "func" and "method"
 	Decorators []*Decorator // template "decorator"
@@ -23,14 +25,14 @@ type File struct {
 // the element type.
 type Param struct {
 	Name     string
-	Type     jen.Code
+	Type     string
 	Variadic bool
 }
 
 // NilCheck is a pointer on a key path that must be non-nil.
 type NilCheck struct {
-	Expr jen.Code // the pointer expression
-	Text string   // how the message names it, e.g. "req.Order"
+	Expr string // the pointer expression
+	Text string // how the message names it, e.g. "req.Order"
 }
 
 // KeyPart is literal text or one {path} of a key template. A {path} has
@@ -41,13 +43,13 @@ type KeyPart struct {
 	// Str is an expression of type string, the part's value before
 	// escaping (string kinds, fmt.Stringer): the template escapes it with
 	// lease.KeyPart.
-	Str jen.Code
+	Str string
 	// Value is an expression of type string that can never be empty and
 	// needs no escaping (integers, bools).
-	Value jen.Code
+	Value string
 	// Marshal, when set, is an expression of type ([]byte, error) whose
 	// bytes (escaped) are the part's value (encoding.TextMarshaler).
-	Marshal   jen.Code
+	Marshal   string
 	NilChecks []NilCheck
 	// NonEmpty makes an empty Str or Marshal value an error wrapping
 	// lease.ErrBadKey (the directive has no allow-empty). Text names the
@@ -59,11 +61,11 @@ type KeyPart struct {
 	StrVar string
 	// Unconverted, when set, is Str without its conversion to string (a
 	// named string type): the emptiness check compares it with "".
-	Unconverted jen.Code
+	Unconverted string
 }
 
 // HasValue reports whether the part is a {path} rather than literal text.
-func (p KeyPart) HasValue() bool { return p.Str != nil || p.Value != nil || p.Marshal != nil }
+func (p KeyPart) HasValue() bool { return p.Str != "" || p.Value != "" || p.Marshal != "" }
 
 // Spec is the lease.Spec the wrapper passes. TTL, Deadline, MinValidity
 // and Name are always written; the others when they differ from zero.
@@ -80,39 +82,45 @@ type Wrapper struct {
 	Target   string   // the wrapped function or method's name
 	Doc      []string // doc comment lines (without //)
 
-	RecvName string   // method wrappers: the receiver's name
-	RecvType jen.Code // method wrappers: e.g. *Server
+	RecvName string // method wrappers: the receiver's name
+	RecvType string // method wrappers: e.g. *Server
 
 	TypeParams []Param // generic functions: name and constraint
 	Params     []Param // the wrapper's parameters; Params[0] is the context
 	// ClientParam is the index in Params of an added *lease.Client
 	// parameter, or -1.
 	ClientParam int
-	Results     []jen.Code // result types; the last is error
+	Results     []string // result types; the last is error
 
 	Key    []KeyPart
 	Spec   Spec
-	Client jen.Code // expression of the *lease.Client
-	Call   jen.Code // the function value to call, e.g. s.chargeOrder
+	Client string // expression of the *lease.Client
+	Call   string // the function value to call, e.g. s.chargeOrder
 	// Tie, when set, is a function-typed expression asserting the wrapped
-	// signature, so stale output fails to compile. For generic targets
-	// (TypeParams set) it is an instantiation with the type parameters,
-	// checked inside a generic func _.
-	Tie     jen.Code
-	TieType jen.Code
+	// signature TieType, so stale output fails to compile. For generic
+	// targets (TypeParams set) it is an instantiation with the type
+	// parameters, checked inside a generic func _.
+	Tie, TieType string
 
 	// Locals are identifiers allocated so they collide with no parameter.
 	KeyVar, ErrVar string
 	KeyErrVar      string // the error of MarshalText (when a part has Marshal)
 	ResultVars     []string
 	ScratchVars    []string // one per Marshal key part
+
+	// Uses lists the import paths the text above refers to.
+	Uses []string
+	// Format asks for gofmt over the emitted code: its types hold struct
+	// or interface literals of several elements, which gofmt spreads over
+	// lines (rare; the text above writes them on one line).
+	Format bool
 }
 
 // Decorator implements an interface by calling next, with leases around
 // the annotated methods.
 type Decorator struct {
 	Iface    string // interface name
-	IfaceTyp jen.Code
+	IfaceTyp string // the interface type as the file writes it
 	Ctor     string // NewLeased<Iface>
 	Struct   string // the implementing type
 	Recv     string // receiver name in its methods
