@@ -53,7 +53,9 @@ const BuildTag = "leasegen"
 
 // Generate loads the packages and returns the files to write. Problems in
 // the code or the directives are returned as a scanner.ErrorList, sorted,
-// with paths relative to the working directory; then no file is returned.
+// with paths relative to PathBase (the working directory); then no file is
+// returned, so an existing generated file is never removed or changed
+// because of a directive leasegen could not read. Warnings go to cfg.Warn.
 func Generate(cfg Config) ([]File, error) {
 	if cfg.Output == "" {
 		cfg.Output = "lease_gen.go"
