@@ -201,6 +201,3 @@ func (q *qual) signature(sig *types.Signature) string {
 	}
 	return s
 }
-
-// lit is a Go string literal.
-func lit(s string) string { return strconv.Quote(s) }
