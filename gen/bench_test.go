@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/leasegen/leasegen/gen"
 	"github.com/leasegen/leasegen/internal/gentest"
@@ -57,6 +58,21 @@ func BenchmarkGenerate1000(b *testing.B) {
 	}
 }
 
+// BenchmarkGenerate10000 is the same with ten times the functions: the
+// generator's time should grow linearly (about ten times Generate1000).
+func BenchmarkGenerate10000(b *testing.B) {
+	dir := synthetic(b, 10000)
+	i := 0
+	for b.Loop() {
+		touch(b, dir, i)
+		i++
+		files, err := gen.Generate(gen.Config{Dir: dir})
+		if err != nil || len(files) != 1 {
+			b.Fatal(len(files), err)
+		}
+	}
+}
+
 func BenchmarkGoVet1000(b *testing.B) {
 	dir := synthetic(b, 1000)
 	i := 0
@@ -69,4 +85,36 @@ func BenchmarkGoVet1000(b *testing.B) {
 			b.Fatalf("%v\n%s", err, out)
 		}
 	}
+}
+
+// BenchmarkGenerateVsVet1000 alternates the two on the same package and
+// reports their ratio (gen/vet, target ≤ 1.0): on a shared machine, load
+// that changes between BenchmarkGenerate1000 and BenchmarkGoVet1000 would
+// otherwise decide the comparison.
+func BenchmarkGenerateVsVet1000(b *testing.B) {
+	dir := synthetic(b, 1000)
+	var genTime, vetTime time.Duration
+	i := 0
+	for b.Loop() {
+		touch(b, dir, i)
+		i++
+		start := time.Now()
+		if files, err := gen.Generate(gen.Config{Dir: dir}); err != nil || len(files) != 1 {
+			b.Fatal(len(files), err)
+		}
+		genTime += time.Since(start)
+
+		touch(b, dir, i)
+		i++
+		start = time.Now()
+		cmd := exec.Command("go", "vet", ".")
+		cmd.Dir = dir
+		if out, err := cmd.CombinedOutput(); err != nil {
+			b.Fatalf("%v\n%s", err, out)
+		}
+		vetTime += time.Since(start)
+	}
+	b.ReportMetric(float64(genTime.Milliseconds())/float64(b.N), "gen-ms/op")
+	b.ReportMetric(float64(vetTime.Milliseconds())/float64(b.N), "vet-ms/op")
+	b.ReportMetric(float64(genTime)/float64(vetTime), "gen/vet")
 }

@@ -4,6 +4,7 @@ import (
 	"go/ast"
 	"go/token"
 	"go/types"
+	"os"
 
 	"golang.org/x/tools/go/packages"
 
@@ -44,7 +45,8 @@ type Checked struct {
 // left out of the checks.
 func CheckPackage(fset *token.FileSet, files []*ast.File, pkg *types.Package, info *types.Info) *Checked {
 	p := &packages.Package{PkgPath: pkg.Path(), Name: pkg.Name(), Syntax: files, Types: pkg, TypesInfo: info, Fset: fset}
-	el := &errList{fset: fset}
+	wd, _ := os.Getwd() // positions in messages, as the driver prints its own
+	el := &errList{dir: wd, fset: fset}
 	g := newPkgGen(p, fset, el)
 	m := g.build()
 	c := &Checked{Problems: el.raw, Protected: g.protected}

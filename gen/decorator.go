@@ -5,8 +5,6 @@ import (
 	"go/types"
 	"strconv"
 
-	"github.com/dave/jennifer/jen"
-
 	"github.com/leasegen/leasegen/gen/directive"
 	"github.com/leasegen/leasegen/templates"
 )
@@ -15,6 +13,7 @@ import (
 // methods, or returns nil when none is annotated.
 func (g *pkgGen) decorator(ts *ast.TypeSpec, it *ast.InterfaceType) *templates.Decorator {
 	dirs := map[string]*directive.Directive{}
+	docs := map[string]*ast.CommentGroup{}
 	for _, f := range it.Methods.List {
 		d := g.one(g.find(f.Doc))
 		if d == nil {
@@ -25,6 +24,7 @@ func (g *pkgGen) decorator(ts *ast.TypeSpec, it *ast.InterfaceType) *templates.D
 			continue
 		}
 		dirs[f.Names[0].Name] = d
+		docs[f.Names[0].Name] = f.Doc
 	}
 	if len(dirs) == 0 {
 		return nil
@@ -39,9 +39,8 @@ func (g *pkgGen) decorator(ts *ast.TypeSpec, it *ast.InterfaceType) *templates.D
 		return nil
 	}
 	iface := named.Underlying().(*types.Interface)
-	scope := g.pkg.Types.Scope()
 	dec := &templates.Decorator{
-		Iface: ts.Name.Name, IfaceTyp: typeCode(named),
+		Iface: ts.Name.Name, IfaceTyp: g.qual().typ(named),
 		Ctor: "NewLeased" + exportName(ts.Name.Name), Struct: "leased" + exportName(ts.Name.Name),
 		Recv: "x", Next: "next", ClientF: "leases",
 	}
@@ -50,15 +49,27 @@ func (g *pkgGen) decorator(ts *ast.TypeSpec, it *ast.InterfaceType) *templates.D
 			return nil
 		}
 	}
-	_ = scope
 	ok := true
 	for i := range iface.NumMethods() {
 		m := iface.Method(i)
 		sig := m.Signature()
-		n := newNamer()
-		n.reserve(dec.Recv, "context", "lease", "fmt", "strconv", "time")
-		collectPkgNames(sig, n)
 		w := &templates.Wrapper{Template: "decorator", Name: m.Name(), Target: ts.Name.Name + "." + m.Name(), ClientParam: -1}
+		// Type text first: it names the imports, which no parameter may
+		// shadow.
+		q := g.qual()
+		ptypes := make([]string, sig.Params().Len())
+		for j := range ptypes {
+			t := sig.Params().At(j).Type()
+			if sig.Variadic() && j == len(ptypes)-1 {
+				t = t.(*types.Slice).Elem()
+			}
+			ptypes[j] = q.typ(t)
+		}
+		for j := range sig.Results().Len() {
+			w.Results = append(w.Results, q.typ(sig.Results().At(j).Type()))
+		}
+		n := g.newNamer(q)
+		n.reserve(dec.Recv)
 		orig := map[string]int{}
 		for j := range sig.Params().Len() {
 			p := sig.Params().At(j)
@@ -69,15 +80,9 @@ func (g *pkgGen) decorator(ts *ast.TypeSpec, it *ast.InterfaceType) *templates.D
 			if j == 0 {
 				def = "ctx"
 			}
-			prm := templates.Param{Name: n.alloc(p.Name(), def), Type: typeCode(p.Type())}
-			if sig.Variadic() && j == sig.Params().Len()-1 {
-				prm.Variadic, prm.Type = true, typeCode(p.Type().(*types.Slice).Elem())
-			}
-			w.Params = append(w.Params, prm)
+			w.Params = append(w.Params, templates.Param{Name: n.alloc(p.Name(), def), Type: ptypes[j], Variadic: sig.Variadic() && j == sig.Params().Len()-1})
 		}
-		for j := range sig.Results().Len() {
-			w.Results = append(w.Results, typeCode(sig.Results().At(j).Type()))
-		}
+		w.Uses, w.Format = q.paths(), q.multiline
 		d := dirs[m.Name()]
 		if d == nil {
 			dec.Passthrough = append(dec.Passthrough, w)
@@ -97,17 +102,18 @@ func (g *pkgGen) decorator(ts *ast.TypeSpec, it *ast.InterfaceType) *templates.D
 			ok = false
 			continue
 		}
-		w.Client = jen.Id(dec.Recv).Dot(dec.ClientF)
-		w.Call = jen.Id(dec.Recv).Dot(dec.Next).Dot(m.Name())
-		key, good := g.key(md, sig, orig, w, n)
+		w.Client = dec.Recv + "." + dec.ClientF
+		w.Call = dec.Recv + "." + dec.Next + "." + m.Name()
+		key, good := g.key(md, sig, orig, w, n, q)
 		if !good {
 			ok = false
 			continue
 		}
 		w.Key = key
 		g.locals(w, n)
-		w.Spec = spec(md)
-		w.Doc = wrapperDoc(m.Name(), "next."+m.Name(), md)
+		w.Uses, w.Format = q.paths(), q.multiline
+		w.Spec = spec(md, g.pkg.Name+"."+ts.Name.Name+"."+m.Name())
+		w.Doc = wrapperDoc(m.Name(), ts.Name.Name+"."+m.Name(), docs[m.Name()], md, len(w.Results))
 		dec.Methods = append(dec.Methods, w)
 	}
 	if !ok {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"go/format"
 	"go/scanner"
 	"os"
 	"os/exec"
@@ -22,8 +23,9 @@ var update = flag.Bool("update", false, "rewrite the golden files in testdata fr
 
 // Each testdata/*.txtar holds an input package (files at the top level)
 // and either "want/lease_gen.go" (the wanted output) or "want.errors" (the
-// wanted diagnostics, one per line). All outputs are then built and vetted
-// together in one module.
+// wanted diagnostics, one per line), and "want.warnings" when generation
+// warns (a case without it must not warn). All outputs are then built and
+// vetted together in one module.
 func TestGolden(t *testing.T) {
 	cases, _ := filepath.Glob("testdata/*.txtar")
 	if len(cases) < 25 {
@@ -42,7 +44,7 @@ func TestGolden(t *testing.T) {
 		}
 		dir := filepath.Join(mod, name)
 		os.MkdirAll(dir, 0o755)
-		var wantOut, wantErrs *txtar.File
+		var wantOut, wantErrs, wantWarns *txtar.File
 		for i := range ar.Files {
 			f := &ar.Files[i]
 			switch f.Name {
@@ -50,6 +52,8 @@ func TestGolden(t *testing.T) {
 				wantOut = f
 			case "want.errors":
 				wantErrs = f
+			case "want.warnings":
+				wantWarns = f
 			default:
 				p := filepath.Join(dir, f.Name)
 				os.MkdirAll(filepath.Dir(p), 0o755)
@@ -63,7 +67,8 @@ func TestGolden(t *testing.T) {
 			continue
 		}
 		t.Run(name, func(t *testing.T) {
-			files, err := gen.Generate(gen.Config{Dir: dir})
+			var warns bytes.Buffer
+			files, err := gen.Generate(gen.Config{Dir: dir, Warn: func(w scanner.Error) { fmt.Fprintln(&warns, w.Error()) }})
 			var got []byte
 			isErr := err != nil
 			if isErr {
@@ -79,6 +84,11 @@ func TestGolden(t *testing.T) {
 				}
 			} else {
 				for _, f := range files {
+					if f.Data != nil {
+						if formatted, err := format.Source(f.Data); err != nil || !bytes.Equal(formatted, f.Data) {
+							t.Errorf("%s is not gofmt'd (%v)", f.Path, err)
+						}
+					}
 					got = append(got, f.Data...)
 					if f.Data != nil {
 						if err := os.WriteFile(f.Path, f.Data, 0o644); err != nil {
@@ -91,7 +101,7 @@ func TestGolden(t *testing.T) {
 			if *update {
 				var keep []txtar.File
 				for _, f := range ar.Files {
-					if f.Name != "want/lease_gen.go" && f.Name != "want.errors" {
+					if f.Name != "want/lease_gen.go" && f.Name != "want.errors" && f.Name != "want.warnings" {
 						keep = append(keep, f)
 					}
 				}
@@ -100,10 +110,19 @@ func TestGolden(t *testing.T) {
 					wantName = "want.errors"
 				}
 				ar.Files = append(keep, txtar.File{Name: wantName, Data: got})
+				if warns.Len() > 0 {
+					ar.Files = append(ar.Files, txtar.File{Name: "want.warnings", Data: warns.Bytes()})
+				}
 				if err := os.WriteFile(path, txtar.Format(ar), 0o644); err != nil {
 					t.Fatal(err)
 				}
 				return
+			}
+			switch {
+			case wantWarns == nil && warns.Len() > 0:
+				t.Errorf("unexpected warnings:\n%s", warns.Bytes())
+			case wantWarns != nil && !bytes.Equal(warns.Bytes(), wantWarns.Data):
+				t.Errorf("warnings differ\n--- got\n%s--- want\n%s", warns.Bytes(), wantWarns.Data)
 			}
 			switch {
 			case wantErrs != nil && !isErr:

@@ -6,8 +6,6 @@ import (
 	"maps"
 	"slices"
 
-	"github.com/dave/jennifer/jen"
-
 	"github.com/leasegen/leasegen/gen/directive"
 	"github.com/leasegen/leasegen/templates"
 )
@@ -31,7 +29,7 @@ func newIface(name string, params []types.Type, results ...types.Type) *types.In
 const keyKinds = "string, integer, bool, fmt.Stringer or encoding.TextMarshaler"
 
 // key resolves the key template against the parameters.
-func (g *pkgGen) key(d *directive.Directive, sig *types.Signature, orig map[string]int, w *templates.Wrapper, n *namer) ([]templates.KeyPart, bool) {
+func (g *pkgGen) key(d *directive.Directive, sig *types.Signature, orig map[string]int, w *templates.Wrapper, n *namer, q *qual) ([]templates.KeyPart, bool) {
 	parts, es := directive.ParseKey(d.Key, d.KeyPos)
 	g.errs.addAll(es)
 	if len(es) > 0 {
@@ -44,14 +42,15 @@ func (g *pkgGen) key(d *directive.Directive, sig *types.Signature, orig map[stri
 			out = append(out, templates.KeyPart{Lit: p.Lit, Src: p.Src})
 			continue
 		}
-		kp, good := g.keyPart(p, sig, orig, w)
+		kp, good := g.keyPart(p, sig, orig, w, n, q)
+		kp.NonEmpty = kp.NonEmpty && !d.AllowEmpty.Set()
 		ok = ok && good
 		out = append(out, kp)
 	}
 	return out, ok
 }
 
-func (g *pkgGen) keyPart(p directive.Part, sig *types.Signature, orig map[string]int, w *templates.Wrapper) (templates.KeyPart, bool) {
+func (g *pkgGen) keyPart(p directive.Part, sig *types.Signature, orig map[string]int, w *templates.Wrapper, n *namer, q *qual) (templates.KeyPart, bool) {
 	kp := templates.KeyPart{Src: p.Src}
 	root := p.Path[0].Name
 	idx, found := orig[root]
@@ -71,16 +70,17 @@ func (g *pkgGen) keyPart(p directive.Part, sig *types.Signature, orig map[string
 		g.errorf(p.Pos, "key part %s: %s is variadic; key parts must be single values", p.Src, root)
 		return kp, false
 	}
-	expr := jen.Id(w.Params[idx].Name)
+	expr := w.Params[idx].Name
 	text := root
-	fromCall := false
+	fromCall := false // the value so far is a method's result
+	calls := false    // the path calls a method
 	for _, seg := range p.Path[1:] {
 		if _, isTP := t.(*types.TypeParam); isTP {
 			g.errorf(p.Pos, "key part %s: %s has a type parameter's type; key parts must have concrete types", p.Src, text)
 			return kp, false
 		}
 		if _, isPtr := t.Underlying().(*types.Pointer); isPtr {
-			kp.NilChecks = append(kp.NilChecks, templates.NilCheck{Expr: jen.Add(expr), Text: text})
+			kp.NilChecks = append(kp.NilChecks, templates.NilCheck{Expr: expr, Text: text})
 		}
 		obj, index, _ := types.LookupFieldOrMethod(t, true, g.pkg.Types, seg.Name)
 		switch obj := obj.(type) {
@@ -93,7 +93,7 @@ func (g *pkgGen) keyPart(p directive.Part, sig *types.Signature, orig map[string
 				g.errorf(p.Pos, "key part %s: %s.%s is promoted from an embedded field; spell out the path", p.Src, text, seg.Name)
 				return kp, false
 			}
-			expr = jen.Add(expr).Dot(seg.Name)
+			expr += "." + seg.Name
 			t = obj.Type()
 			fromCall = false
 		case *types.Func:
@@ -110,9 +110,9 @@ func (g *pkgGen) keyPart(p directive.Part, sig *types.Signature, orig map[string
 				g.errorf(p.Pos, "key part %s: %s has a pointer receiver and %s is not addressable", p.Src, seg.Name, text)
 				return kp, false
 			}
-			expr = jen.Add(expr).Dot(seg.Name).Call()
+			expr += "." + seg.Name + "()"
 			t = msig.Results().At(0).Type()
-			fromCall = true
+			fromCall, calls = true, true
 		default:
 			g.errorf(p.Pos, "key part %s: %s (%s) has no field or method %s%s", p.Src, text, t, seg.Name, directive.Suggest(seg.Name, fieldsAndMethods(t, g.pkg.Types)))
 			return kp, false
@@ -122,41 +122,51 @@ func (g *pkgGen) keyPart(p directive.Part, sig *types.Signature, orig map[string
 			text += "()"
 		}
 	}
-	return g.keyValue(p, kp, expr, text, t)
+	kp, stringer, ok := g.keyValue(p, kp, expr, text, t, q)
+	if ok && kp.NonEmpty && kp.Str != "" && (calls || stringer) {
+		// Evaluate a method's result once: it is checked, then escaped.
+		kp.StrVar = n.alloc("part", "part")
+	}
+	return kp, ok
 }
 
 // keyValue converts the part's final value to an escaped string.
-func (g *pkgGen) keyValue(p directive.Part, kp templates.KeyPart, expr jen.Code, text string, t types.Type) (templates.KeyPart, bool) {
+// stringer reports that the value is the result of a String call.
+func (g *pkgGen) keyValue(p directive.Part, kp templates.KeyPart, expr, text string, t types.Type, q *qual) (_ templates.KeyPart, stringer, ok bool) {
 	if _, isTP := t.(*types.TypeParam); isTP {
 		g.errorf(p.Pos, "key part %s: %s has a type parameter's type; key parts must have concrete types", p.Src, text)
-		return kp, false
+		return kp, false, false
 	}
 	if ptr, ok := t.Underlying().(*types.Pointer); ok {
 		if _, basic := ptr.Elem().Underlying().(*types.Basic); basic {
 			kp.NilChecks = append(kp.NilChecks, templates.NilCheck{Expr: expr, Text: text})
-			expr, t = jen.Op("*").Add(expr), ptr.Elem()
+			expr, t = "*"+expr, ptr.Elem()
 		}
 	}
 	if b, ok := t.Underlying().(*types.Basic); ok {
-		conv := func(to string, want types.BasicKind) jen.Code {
+		conv := func(to string, want types.BasicKind) string {
 			if tb, ok := t.(*types.Basic); ok && tb.Kind() == want {
 				return expr
 			}
-			return jen.Id(to).Call(expr)
+			return to + "(" + expr + ")"
 		}
+		strconv := func(fn, arg string) string { return q.pkg("strconv", "strconv") + "." + fn + "(" + arg + ")" }
 		switch {
 		case b.Info()&types.IsString != 0:
-			kp.Value = jen.Qual(leasePkg, "KeyPart").Call(conv("string", types.String))
-			return kp, true
+			kp.Str, kp.NonEmpty, kp.Text = conv("string", types.String), true, text
+			if tb, ok := t.(*types.Basic); !ok || tb.Kind() != types.String {
+				kp.Unconverted = expr
+			}
+			return kp, false, true
 		case b.Info()&types.IsInteger != 0 && b.Info()&types.IsUnsigned != 0:
-			kp.Value = jen.Qual("strconv", "FormatUint").Call(conv("uint64", types.Uint64), jen.Lit(10))
-			return kp, true
+			kp.Value = strconv("FormatUint", conv("uint64", types.Uint64)+", 10")
+			return kp, false, true
 		case b.Info()&types.IsInteger != 0:
-			kp.Value = jen.Qual("strconv", "FormatInt").Call(conv("int64", types.Int64), jen.Lit(10))
-			return kp, true
+			kp.Value = strconv("FormatInt", conv("int64", types.Int64)+", 10")
+			return kp, false, true
 		case b.Info()&types.IsBoolean != 0:
-			kp.Value = jen.Qual("strconv", "FormatBool").Call(conv("bool", types.Bool))
-			return kp, true
+			kp.Value = strconv("FormatBool", conv("bool", types.Bool))
+			return kp, false, true
 		}
 	}
 	_, isIface := t.Underlying().(*types.Interface)
@@ -167,17 +177,17 @@ func (g *pkgGen) keyValue(p directive.Part, kp templates.KeyPart, expr jen.Code,
 		if nilable {
 			kp.NilChecks = append(kp.NilChecks, templates.NilCheck{Expr: expr, Text: text})
 		}
-		kp.Value = jen.Qual(leasePkg, "KeyPart").Call(jen.Add(expr).Dot("String").Call())
-		return kp, true
+		kp.Str, kp.NonEmpty, kp.Text = expr+".String()", true, text
+		return kp, true, true
 	case types.Implements(t, marshalIface):
 		if nilable {
 			kp.NilChecks = append(kp.NilChecks, templates.NilCheck{Expr: expr, Text: text})
 		}
-		kp.Marshal = jen.Add(expr).Dot("MarshalText").Call()
-		return kp, true
+		kp.Marshal, kp.NonEmpty, kp.Text = expr+".MarshalText()", true, text
+		return kp, false, true
 	}
 	g.errorf(p.Pos, "key part %s: unsupported type %s (want %s)", p.Src, types.TypeString(t, types.RelativeTo(g.pkg.Types)), keyKinds)
-	return kp, false
+	return kp, false, false
 }
 
 func fieldsAndMethods(t types.Type, pkg *types.Package) []string {

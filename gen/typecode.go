@@ -2,151 +2,202 @@ package gen
 
 import (
 	"go/types"
-
-	"github.com/dave/jennifer/jen"
+	"slices"
+	"strconv"
+	"strings"
 )
 
-// typeCode renders a type for the generated file. Every type goes through
-// here so that imports are added by jen.Qual and same-package names stay
-// unqualified.
-func typeCode(t types.Type) jen.Code {
-	switch t := t.(type) {
-	case *types.Alias:
-		if t.Obj().Pkg() == nil { // any
-			return jen.Id(t.Obj().Name())
-		}
-		q := jen.Qual(t.Obj().Pkg().Path(), t.Obj().Name())
-		if args := t.TypeArgs(); args.Len() > 0 {
-			return q.Types(typeList(args)...)
-		}
-		return q
-	case *types.Basic:
-		if t.Kind() == types.UnsafePointer {
-			return jen.Qual("unsafe", "Pointer")
-		}
-		return jen.Id(t.Name())
-	case *types.Named:
-		obj := t.Obj()
-		var q *jen.Statement
-		if obj.Pkg() == nil {
-			q = jen.Id(obj.Name())
-		} else {
-			q = jen.Qual(obj.Pkg().Path(), obj.Name())
-		}
-		if args := t.TypeArgs(); args.Len() > 0 {
-			return q.Types(typeList(args)...)
-		}
-		return q
-	case *types.TypeParam:
-		return jen.Id(t.Obj().Name())
-	case *types.Pointer:
-		return jen.Op("*").Add(typeCode(t.Elem()))
-	case *types.Slice:
-		return jen.Index().Add(typeCode(t.Elem()))
-	case *types.Array:
-		return jen.Index(jen.Lit(int(t.Len()))).Add(typeCode(t.Elem()))
-	case *types.Map:
-		return jen.Map(typeCode(t.Key())).Add(typeCode(t.Elem()))
-	case *types.Chan:
-		switch t.Dir() {
-		case types.SendOnly:
-			return jen.Chan().Op("<-").Add(typeCode(t.Elem()))
-		case types.RecvOnly:
-			return jen.Op("<-").Chan().Add(typeCode(t.Elem()))
-		}
-		return jen.Chan().Add(typeCode(t.Elem()))
-	case *types.Signature:
-		return jen.Func().Add(signatureCode(t))
-	case *types.Struct:
-		var fields []jen.Code
-		for i := range t.NumFields() {
-			f := t.Field(i)
-			var c *jen.Statement
-			if f.Embedded() {
-				c = jen.Add(typeCode(f.Type()))
-			} else {
-				c = jen.Id(f.Name()).Add(typeCode(f.Type()))
-			}
-			if tag := t.Tag(i); tag != "" {
-				c.Add(jen.Id("`" + tag + "`"))
-			}
-			fields = append(fields, c)
-		}
-		return jen.Struct(fields...)
-	case *types.Interface:
-		if t.IsImplicit() && t.NumEmbeddeds() == 1 {
-			return typeCode(t.EmbeddedType(0))
-		}
-		var ms []jen.Code
-		for i := range t.NumEmbeddeds() {
-			ms = append(ms, typeCode(t.EmbeddedType(i)))
-		}
-		for i := range t.NumExplicitMethods() {
-			m := t.ExplicitMethod(i)
-			ms = append(ms, jen.Id(m.Name()).Add(signatureCode(m.Type().(*types.Signature))))
-		}
-		return jen.Interface(ms...)
-	case *types.Union:
-		var c jen.Statement
-		for i := range t.Len() {
-			if i > 0 {
-				c.Op("|")
-			}
-			term := t.Term(i)
-			if term.Tilde() {
-				c.Op("~")
-			}
-			c.Add(typeCode(term.Type()))
-		}
-		return &c
-	case *types.Tuple:
-		return jen.List(typeList(t)...)
+// Go text for the generated file. Every type and every package reference
+// goes through a qual, which names packages as the file imports them and
+// records which ones a wrapper uses. The text is what gofmt prints (the
+// templates write gofmt's layout; the golden test holds them to it).
+
+// fixedImports are the packages the templates and key values use, named
+// first so that they keep their own names.
+var fixedImports = []string{"context", "fmt", "strconv", "time", leasePkg}
+
+// importName returns the name the generated file imports path under,
+// assigning one on first use: the package's own name, numbered if another
+// import or a package-level declaration already has it.
+func (g *pkgGen) importName(path, name string) string {
+	if n, ok := g.imports[path]; ok {
+		return n
 	}
-	return jen.Id(t.String())
+	taken := func(s string) bool {
+		if _, ok := g.importPaths[s]; ok {
+			return true
+		}
+		return g.pkg.Types != nil && g.pkg.Types.Scope().Lookup(s) != nil
+	}
+	unique := name
+	for i := 1; taken(unique); i++ {
+		unique = name + strconv.Itoa(i)
+	}
+	g.imports[path], g.importPaths[unique] = unique, path
+	return unique
 }
 
-type typeLister interface {
-	Len() int
-	At(int) types.Type
+// qual writes Go text for one wrapper and records the imports it needs.
+type qual struct {
+	g    *pkgGen
+	uses map[string]bool
+	// multiline: a struct or interface literal with two or more elements,
+	// which gofmt spreads over lines; the wrapper is then gofmt'd.
+	multiline bool
 }
 
-type tupleLister struct{ *types.Tuple }
+func (g *pkgGen) qual() *qual { return &qual{g: g, uses: map[string]bool{}} }
 
-func (t tupleLister) At(i int) types.Type { return t.Tuple.At(i).Type() }
+// pkg returns the name of the imported package path (of package name)
+// and records its use.
+func (q *qual) pkg(path, name string) string {
+	q.uses[path] = true
+	return q.g.importName(path, name)
+}
 
-func typeList(l any) []jen.Code {
-	var tl typeLister
-	switch l := l.(type) {
-	case *types.TypeList:
-		tl = l
-	case *types.Tuple:
-		tl = tupleLister{l}
+// lease is "lease" (the runtime's import name).
+func (q *qual) lease() string { return q.pkg(leasePkg, "lease") }
+
+// paths returns the recorded imports, sorted.
+func (q *qual) paths() []string {
+	out := make([]string, 0, len(q.uses))
+	for p := range q.uses {
+		out = append(out, p)
 	}
-	out := make([]jen.Code, tl.Len())
-	for i := range out {
-		out[i] = typeCode(tl.At(i))
-	}
+	slices.Sort(out)
 	return out
 }
 
-// signatureCode renders "(params) results" of a signature, unnamed.
-func signatureCode(sig *types.Signature) *jen.Statement {
-	var ps []jen.Code
-	for i := range sig.Params().Len() {
+func (q *qual) obj(o types.Object) string {
+	if p := o.Pkg(); p != nil && p != q.g.pkg.Types {
+		return q.pkg(p.Path(), p.Name()) + "." + o.Name()
+	}
+	return o.Name()
+}
+
+// typ renders t as gofmt prints it in a signature. Struct and interface
+// literals are written on one line.
+func (q *qual) typ(t types.Type) string {
+	switch t := t.(type) {
+	case *types.Alias:
+		return q.obj(t.Obj()) + q.typeArgs(t.TypeArgs())
+	case *types.Named:
+		return q.obj(t.Obj()) + q.typeArgs(t.TypeArgs())
+	case *types.Basic:
+		if t.Kind() == types.UnsafePointer {
+			return q.pkg("unsafe", "unsafe") + ".Pointer"
+		}
+		return t.Name()
+	case *types.TypeParam:
+		return t.Obj().Name()
+	case *types.Pointer:
+		return "*" + q.typ(t.Elem())
+	case *types.Slice:
+		return "[]" + q.typ(t.Elem())
+	case *types.Array:
+		return "[" + strconv.FormatInt(t.Len(), 10) + "]" + q.typ(t.Elem())
+	case *types.Map:
+		return "map[" + q.typ(t.Key()) + "]" + q.typ(t.Elem())
+	case *types.Chan:
+		switch t.Dir() {
+		case types.SendOnly:
+			return "chan<- " + q.typ(t.Elem())
+		case types.RecvOnly:
+			return "<-chan " + q.typ(t.Elem())
+		}
+		if c, ok := t.Elem().(*types.Chan); ok && c.Dir() == types.RecvOnly {
+			return "chan (" + q.typ(c) + ")" // chan <-chan T would read as chan<- (chan T)
+		}
+		return "chan " + q.typ(t.Elem())
+	case *types.Signature:
+		return "func" + q.signature(t)
+	case *types.Struct:
+		if t.NumFields() == 0 {
+			return "struct{}"
+		}
+		var fs []string
+		for i := range t.NumFields() {
+			f := t.Field(i)
+			s := q.typ(f.Type())
+			if !f.Embedded() {
+				s = f.Name() + " " + s
+			}
+			if tag := t.Tag(i); tag != "" {
+				if strings.Contains(tag, "`") {
+					s += " " + strconv.Quote(tag)
+				} else {
+					s += " `" + tag + "`"
+				}
+			}
+			fs = append(fs, s)
+		}
+		q.multiline = q.multiline || len(fs) > 1
+		return "struct{ " + strings.Join(fs, "; ") + " }"
+	case *types.Interface:
+		if t.IsImplicit() && t.NumEmbeddeds() == 1 {
+			return q.typ(t.EmbeddedType(0)) // a constraint written ~int | ~string
+		}
+		var es []string
+		for i := range t.NumEmbeddeds() {
+			es = append(es, q.typ(t.EmbeddedType(i)))
+		}
+		for i := range t.NumExplicitMethods() {
+			m := t.ExplicitMethod(i)
+			es = append(es, m.Name()+q.signature(m.Signature()))
+		}
+		if len(es) == 0 {
+			return "interface{}"
+		}
+		q.multiline = q.multiline || len(es) > 1
+		return "interface{ " + strings.Join(es, "; ") + " }"
+	case *types.Union:
+		var ts []string
+		for i := range t.Len() {
+			term := t.Term(i)
+			s := q.typ(term.Type())
+			if term.Tilde() {
+				s = "~" + s
+			}
+			ts = append(ts, s)
+		}
+		return strings.Join(ts, " | ")
+	}
+	return t.String()
+}
+
+func (q *qual) typeArgs(l *types.TypeList) string {
+	if l.Len() == 0 {
+		return ""
+	}
+	args := make([]string, l.Len())
+	for i := range args {
+		args[i] = q.typ(l.At(i))
+	}
+	return "[" + strings.Join(args, ", ") + "]"
+}
+
+// signature renders "(params) results" of a signature, unnamed.
+func (q *qual) signature(sig *types.Signature) string {
+	ps := make([]string, sig.Params().Len())
+	for i := range ps {
 		t := sig.Params().At(i).Type()
-		if sig.Variadic() && i == sig.Params().Len()-1 {
-			ps = append(ps, jen.Op("...").Add(typeCode(t.(*types.Slice).Elem())))
+		if sig.Variadic() && i == len(ps)-1 {
+			ps[i] = "..." + q.typ(t.(*types.Slice).Elem())
 			continue
 		}
-		ps = append(ps, typeCode(t))
+		ps[i] = q.typ(t)
 	}
-	s := jen.Params(ps...)
-	switch sig.Results().Len() {
+	s := "(" + strings.Join(ps, ", ") + ")"
+	switch n := sig.Results().Len(); n {
 	case 0:
 	case 1:
-		s.Add(typeCode(sig.Results().At(0).Type()))
+		s += " " + q.typ(sig.Results().At(0).Type())
 	default:
-		s.Params(typeList(sig.Results())...)
+		rs := make([]string, n)
+		for i := range rs {
+			rs[i] = q.typ(sig.Results().At(i).Type())
+		}
+		s += " (" + strings.Join(rs, ", ") + ")"
 	}
 	return s
 }

@@ -6,8 +6,14 @@
 //
 // With no packages it generates for the package in the current directory.
 // Add "//go:generate go tool leasegen" to a file of the package and run
-// go generate. Exit status: 0 on success, 1 on errors in the code or the
-// directives (or, with -check, when a file would change), 2 on usage errors.
+// go generate. Exit status: 0 on success (warnings included), 1 on errors
+// in the code or the directives (or, with -check, when a file would
+// change), 2 on usage errors.
+//
+// Diagnostics go to stderr as file:line:col: message, sorted, with paths as
+// go build prints them: relative to the working directory when below it;
+// under go generate, which runs leasegen in each package's directory,
+// relative to the module root.
 package main
 
 import (
@@ -46,7 +52,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "leasegen: -o %q: want a file name ending in .go (not _test.go), without a directory\n", *out)
 		return 2
 	}
-	cfg := gen.Config{Patterns: fs.Args(), Output: *out}
+	cfg := gen.Config{Patterns: fs.Args(), Output: *out, PathBase: pathBase(), Warn: func(w scanner.Error) { fmt.Fprintln(stderr, w.Error()) }}
 	if *verbose {
 		cfg.Logf = func(format string, a ...any) { fmt.Fprintf(stderr, format+"\n", a...) }
 	}
@@ -69,7 +75,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 			continue
 		}
 		changed++
-		rel := relPath(f.Path)
+		rel := gen.ShortPath(cfg.PathBase, f.Path)
 		if *check {
 			fmt.Fprintln(stdout, rel)
 			continue
@@ -123,11 +129,28 @@ func writeAtomic(path string, data []byte) error {
 	return nil
 }
 
-func relPath(p string) string {
-	if wd, err := os.Getwd(); err == nil {
-		if r, err := filepath.Rel(wd, p); err == nil && !strings.HasPrefix(r, "..") {
-			return r
+// pathBase is the directory printed paths are relative to: the working
+// directory, as go build prints them. go generate, though, starts each
+// generator in its package's directory and sets PWD to it, so the
+// directory the user typed "go generate ./..." in is unknowable there, and
+// "m.go:24:19" would not say which package's m.go. Under go generate
+// ($GOPACKAGE and $GOFILE set) paths are relative to the module root
+// instead: what go build ./... prints from there, the usual place to run
+// go generate ./... and CI's.
+func pathBase() string {
+	wd, err := os.Getwd()
+	if err != nil {
+		return ""
+	}
+	if os.Getenv("GOPACKAGE") == "" || os.Getenv("GOFILE") == "" {
+		return wd
+	}
+	for dir := wd; ; dir = filepath.Dir(dir) {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			return dir
+		}
+		if filepath.Dir(dir) == dir {
+			return wd
 		}
 	}
-	return p
 }

@@ -105,26 +105,44 @@ func TestErrorsLeaveFilesUntouched(t *testing.T) {
 	}
 }
 
-// A signature change makes the stale output fail to compile, saying why.
+// genericSrc has a generic target: its tie is an instantiation.
+const genericSrc = `package p
+
+import "context"
+
+//lease:lock k:{id} deadline=5s
+func work[T any](ctx context.Context, id string, v T) error { return nil }
+`
+
+// A signature change makes the stale output fail to compile, saying why,
+// for plain and generic targets alike. The change keeps the wrapper's own
+// body valid (an added result would not), so only the tie can catch it.
 func TestStaleOutputFailsToCompile(t *testing.T) {
-	dir := setup(t, good)
-	if code, _, stderr := leasegen(); code != 0 {
-		t.Fatalf("leasegen = %d: %s", code, stderr)
-	}
-	write(t, filepath.Join(dir, "p.go"), strings.Replace(good, "id string", "id int", 1))
-	b, err := exec.Command("go", "build", ".").CombinedOutput()
-	if err == nil {
-		t.Fatal("stale generated code still compiles")
-	}
-	if !strings.Contains(string(b), "lease_gen.go") {
-		t.Fatalf("build error does not point at the generated file:\n%s", b)
-	}
-	// Regeneration works although the stale file is broken (-tags leasegen).
-	if code, _, stderr := leasegen(); code != 0 {
-		t.Fatalf("regenerating over stale output = %d: %s", code, stderr)
-	}
-	if b, err := exec.Command("go", "build", ".").CombinedOutput(); err != nil {
-		t.Fatalf("after regeneration: %v\n%s", err, b)
+	for _, c := range []struct{ name, src, from, to string }{
+		{"func", good, "id string", "id string, opts ...string"},
+		{"generic", genericSrc, "v T)", "v T, opts ...string)"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			dir := setup(t, c.src)
+			if code, _, stderr := leasegen(); code != 0 {
+				t.Fatalf("leasegen = %d: %s", code, stderr)
+			}
+			write(t, filepath.Join(dir, "p.go"), strings.Replace(c.src, c.from, c.to, 1))
+			b, err := exec.Command("go", "build", ".").CombinedOutput()
+			if err == nil {
+				t.Fatal("stale generated code still compiles")
+			}
+			if !strings.Contains(string(b), "lease_gen.go") {
+				t.Fatalf("build error does not point at the generated file:\n%s", b)
+			}
+			// Regeneration works although the stale file is broken (-tags leasegen).
+			if code, _, stderr := leasegen(); code != 0 {
+				t.Fatalf("regenerating over stale output = %d: %s", code, stderr)
+			}
+			if b, err := exec.Command("go", "build", ".").CombinedOutput(); err != nil {
+				t.Fatalf("after regeneration: %v\n%s", err, b)
+			}
+		})
 	}
 }
 
@@ -168,5 +186,59 @@ func TestGoToolLeasegen(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(dir, "lease_gen.go")); err != nil {
 		t.Fatal("go tool leasegen wrote no file")
+	}
+}
+
+// A warning is printed with its position, the file is still written, and
+// the exit status stays 0.
+func TestWarningsExitZero(t *testing.T) {
+	dir := setup(t, strings.Replace(good, "deadline=5s", "ttl=3s deadline=5s wait=4s", 1))
+	code, _, stderr := leasegen()
+	if code != 0 {
+		t.Fatalf("leasegen = %d: %s", code, stderr)
+	}
+	if !strings.Contains(stderr, "p.go:5:40: warning: lease: wait 4s can never be used in full: waiting stops after 3.25s") {
+		t.Fatalf("stderr %q; want the positioned wait warning", stderr)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "lease_gen.go")); err != nil {
+		t.Fatal("no file written despite only a warning")
+	}
+}
+
+// A directive the tools cannot read is an error, and leasegen keeps the
+// generated file it can no longer justify instead of deleting it (the build
+// would then fail with "undefined" far from the cause).
+func TestNearMissKeepsGeneratedFile(t *testing.T) {
+	dir := setup(t, good)
+	if code, _, stderr := leasegen(); code != 0 {
+		t.Fatalf("leasegen = %d: %s", code, stderr)
+	}
+	out := filepath.Join(dir, "lease_gen.go")
+	before, _ := os.ReadFile(out)
+	write(t, filepath.Join(dir, "p.go"), strings.Replace(good, "//lease:lock", "//Lease:Lock", 1))
+	code, _, stderr := leasegen()
+	if code != 1 || !strings.Contains(stderr, `p.go:5:1: lease: malformed directive "//Lease:Lock": directives are lower case (write //lease:lock)`) {
+		t.Fatalf("leasegen = %d, stderr %q; want 1 and the near-miss error", code, stderr)
+	}
+	after, err := os.ReadFile(out)
+	if err != nil || !bytes.Equal(before, after) {
+		t.Fatalf("the generated file was removed or changed (%v)", err)
+	}
+}
+
+// go generate starts leasegen in the package's directory: positions are
+// then relative to the module root, so that they say which package's m.go
+// is meant (go generate ./... from the root prints them as go build would).
+func TestPositionsUnderGoGenerate(t *testing.T) {
+	dir := setup(t, strings.Replace(good, "{id}", "{idd}", 1))
+	code, _, stderr := leasegen()
+	if code != 1 || !strings.HasPrefix(stderr, "p.go:5:16: lease: key part {idd}") {
+		t.Fatalf("leasegen in the package directory = %d %q; want p.go:5:16", code, stderr)
+	}
+	t.Setenv("GOPACKAGE", "p")
+	t.Setenv("GOFILE", "p.go")
+	code, _, stderr = leasegen()
+	if code != 1 || !strings.HasPrefix(stderr, filepath.Join("p", "p.go")+":5:16: lease: key part {idd}") {
+		t.Fatalf("leasegen under go generate in %s = %d %q; want p/p.go:5:16", dir, code, stderr)
 	}
 }

@@ -3,6 +3,7 @@
 //
 //	//lease:lock KEY [option ...]
 //	//lease:defaults [option ...]
+//	//lease:ignore CHECK REASON...
 //
 // It reads raw comments (never CommentGroup.Text, which drops directives)
 // and gives every argument its position.
@@ -12,6 +13,7 @@ import (
 	"fmt"
 	"go/ast"
 	"go/token"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -21,10 +23,20 @@ import (
 const (
 	Lock     = "lock"
 	Defaults = "defaults"
+	// Ignore suppresses one leasecheck finding on its own line or the
+	// next, with a reason: //lease:ignore escape the worker stops in Close.
+	Ignore = "ignore"
 )
 
+// names are the directive names, in the order messages list them.
+var names = []string{Lock, Defaults, Ignore}
+
+// IgnorableChecks are the leasecheck checks //lease:ignore can suppress.
+// (Directive problems and stale output are fixed, not suppressed.)
+var IgnorableChecks = []string{"bypass", "escape", "fence", "order"}
+
 // Options lists the valid options, in the order the documentation gives.
-var Options = []string{"ttl", "deadline", "wait", "busy", "fence", "min-validity", "hold-min", "name", "client"}
+var Options = []string{"ttl", "deadline", "wait", "busy", "fence", "min-validity", "hold-min", "allow-empty", "name", "client"}
 
 // Duration is a duration option; Pos is zero when it was not given.
 type Duration struct {
@@ -35,8 +47,8 @@ type Duration struct {
 // Set reports whether the option was given.
 func (d Duration) Set() bool { return d.Pos.IsValid() }
 
-// Word is a word-valued option (busy, name, client) or a flag (fence, V
-// empty); Pos is zero when it was not given.
+// Word is a word-valued option (busy, name, client) or a flag (fence,
+// allow-empty; V empty); Pos is zero when it was not given.
 type Word struct {
 	V   string
 	Pos token.Pos
@@ -47,13 +59,20 @@ func (w Word) Set() bool { return w.Pos.IsValid() }
 
 // Directive is one parsed //lease: comment.
 type Directive struct {
-	Name   string    // Lock or Defaults
+	Name   string    // Lock, Defaults or Ignore
 	Slash  token.Pos // position of the "//"
 	Key    string    // Lock only
 	KeyPos token.Pos
 
+	// Ignore only: the check suppressed and why.
+	Ignored, Reason string
+
 	TTL, Deadline, Wait, MinValidity, HoldMin Duration
 	Busy, Fence, WrapperName, Client          Word
+	// AllowEmpty lets a key part's value be empty; without it an empty
+	// value is an error wrapping lease.ErrBadKey at run time (refunds:{id}
+	// with id "" would otherwise be one lease shared by every empty id).
+	AllowEmpty Word
 
 	// Invalid is set when an option failed to parse; Check then adds no
 	// errors of its own (they would only repeat the first).
@@ -74,7 +93,7 @@ func errorf(pos token.Pos, format string, args ...any) Error {
 
 // Find parses the lease directives in a comment group (nil-safe). Comments
 // that are not lease directives are ignored, except near misses such as
-// "// lease:lock" with a space, which are errors.
+// "// lease:lock" with a space or "//Lease:Lock", which are errors.
 func Find(cg *ast.CommentGroup) ([]*Directive, []Error) {
 	if cg == nil {
 		return nil, nil
@@ -91,27 +110,30 @@ func Find(cg *ast.CommentGroup) ([]*Directive, []Error) {
 	return ds, errs
 }
 
-// Parse parses one comment ("//..." with the slashes). It returns nil and no
-// errors for comments that are not lease directives.
+// Parse parses one comment ("//..." or "/*...*/" with the delimiters). It
+// returns nil and no errors for comments that are not lease directives.
+//
+// A comment whose text, case-folded and with or without spaces after the
+// delimiter, starts with a directive name ("// lease:lock", "//Lease:Lock",
+// "/* lease:defaults */") is a directive the user meant but the tools would
+// not read: an error saying how to write it, never silently prose. Other
+// text after "lease:" is prose ("// lease: held while the job runs").
 func Parse(pos token.Pos, text string) (*Directive, []Error) {
-	if len(text) < 3 || !strings.HasPrefix(text, "//") {
-		return nil, nil
+	if msg := nearMiss(text); msg != "" {
+		return nil, []Error{errorf(pos, "%s", msg)}
 	}
-	if rest, ok := strings.CutPrefix(strings.TrimLeft(text[2:], " \t"), "lease:"); ok && text[2] != 'l' {
-		// "// lease:lock ..." is a directive mistyped as prose only when a
-		// known directive name follows; "// lease: held while…" is prose.
-		name, _, _ := strings.Cut(rest, " ")
-		if name == Lock || name == Defaults {
-			return nil, []Error{errorf(pos, "malformed directive: no space allowed between // and lease:%s (write //lease:%s)", name, name)}
-		}
+	if len(text) < 3 || !strings.HasPrefix(text, "//") {
 		return nil, nil
 	}
 	dir, ok := ast.ParseDirective(pos, text)
 	if !ok || dir.Tool != "lease" {
 		return nil, nil
 	}
-	if dir.Name != Lock && dir.Name != Defaults {
-		return nil, []Error{errorf(pos, "unknown directive //lease:%s%s (valid: //lease:lock, //lease:defaults)", dir.Name, suggest(dir.Name, []string{Lock, Defaults}))}
+	if !slices.Contains(names, dir.Name) {
+		return nil, []Error{errorf(pos, "unknown directive //lease:%s%s (valid: //lease:lock, //lease:defaults, //lease:ignore)", dir.Name, suggest(dir.Name, names))}
+	}
+	if dir.Name == Ignore {
+		return parseIgnore(pos, dir)
 	}
 	args, err := dir.ParseArgs()
 	if err != nil {
@@ -147,6 +169,71 @@ func Parse(pos token.Pos, text string) (*Directive, []Error) {
 	return d, errs
 }
 
+// nearMiss returns the error for a comment that spells a directive name
+// the way the tools do not read it, or "".
+func nearMiss(text string) string {
+	var body string
+	block := false
+	switch {
+	case strings.HasPrefix(text, "//"):
+		body = text[2:]
+	case strings.HasPrefix(text, "/*"):
+		body, block = strings.TrimSuffix(text[2:], "*/"), true
+	default:
+		return ""
+	}
+	trimmed := strings.TrimLeft(body, " \t")
+	const tool = "lease:"
+	if len(trimmed) < len(tool) || !strings.EqualFold(trimmed[:len(tool)], tool) {
+		return ""
+	}
+	name := trimmed[len(tool):]
+	if i := strings.IndexAny(name, " \t"); i >= 0 {
+		name = name[:i]
+	}
+	lower := strings.ToLower(name)
+	if !slices.Contains(names, lower) {
+		return "" // prose, or //lease:unknown (an unknown-directive error)
+	}
+	// As written: the delimiter, any spaces, lease: and the name.
+	written := text[:2+len(body)-len(trimmed)+len(tool)+len(name)]
+	var why []string
+	if block {
+		why = append(why, "directives are // line comments")
+	}
+	if trimmed != body && !block {
+		why = append(why, "no space allowed after //")
+	}
+	if trimmed[:len(tool)] != tool || name != lower {
+		why = append(why, "directives are lower case")
+	}
+	if len(why) == 0 {
+		return "" // a well-formed directive
+	}
+	if len(why) == 1 && why[0] == "no space allowed after //" {
+		// The message DESIGN §8 and earlier releases give.
+		return fmt.Sprintf("malformed directive: no space allowed between // and lease:%s (write //lease:%s)", lower, lower)
+	}
+	return fmt.Sprintf("malformed directive %q: %s (write //lease:%s)", written, strings.Join(why, "; "), lower)
+}
+
+// parseIgnore parses //lease:ignore CHECK REASON...: the reason is required
+// (a suppression nobody can judge later is a finding hidden, not answered).
+func parseIgnore(pos token.Pos, dir ast.Directive) (*Directive, []Error) {
+	check, reason, _ := strings.Cut(dir.Args, " ")
+	reason = strings.TrimSpace(reason)
+	valid := strings.Join(IgnorableChecks, ", ")
+	switch {
+	case check == "":
+		return nil, []Error{errorf(pos, "//lease:ignore needs a check and a reason, as in //lease:ignore escape the worker is stopped by Close before the lease ends (checks: %s)", valid)}
+	case !slices.Contains(IgnorableChecks, check):
+		return nil, []Error{errorf(dir.ArgsPos, "//lease:ignore: unknown check %q%s (valid: %s)", check, suggest(check, IgnorableChecks), valid)}
+	case reason == "":
+		return nil, []Error{errorf(pos, "//lease:ignore %s needs a reason: say why the finding does not apply, as in //lease:ignore %s the worker is stopped before the lease ends", check, check)}
+	}
+	return &Directive{Name: Ignore, Slash: pos, Ignored: check, Reason: reason}, nil
+}
+
 func (d *Directive) set(name, val string, hasVal bool, pos, valPos token.Pos) (Error, bool) {
 	dur := func(dst *Duration) (Error, bool) {
 		if !hasVal || val == "" {
@@ -172,6 +259,13 @@ func (d *Directive) set(name, val string, hasVal bool, pos, valPos token.Pos) (E
 		*dst = Word{V: val, Pos: pos}
 		return Error{}, true
 	}
+	flag := func(dst *Word) (Error, bool) {
+		if hasVal {
+			return errorf(pos, "option %s takes no value (write %s, or leave it out)", name, name), false
+		}
+		*dst = Word{Pos: pos}
+		return Error{}, true
+	}
 	switch name {
 	case "ttl":
 		return dur(&d.TTL)
@@ -193,11 +287,9 @@ func (d *Directive) set(name, val string, hasVal bool, pos, valPos token.Pos) (E
 	case "client":
 		return word(&d.Client, token.IsIdentifier, "a receiver field or package-level variable name")
 	case "fence":
-		if hasVal {
-			return errorf(pos, "option fence takes no value (write fence, or leave it out)"), false
-		}
-		d.Fence = Word{Pos: pos}
-		return Error{}, true
+		return flag(&d.Fence)
+	case "allow-empty":
+		return flag(&d.AllowEmpty)
 	}
 	return errorf(pos, "unknown option %q%s (valid: %s)", name, suggest(name, Options), strings.Join(Options, ", ")), false
 }
@@ -226,6 +318,7 @@ func (d *Directive) Merge(def *Directive) *Directive {
 	pick(&out.HoldMin, def.HoldMin)
 	pickW(&out.Busy, def.Busy)
 	pickW(&out.Fence, def.Fence)
+	pickW(&out.AllowEmpty, def.AllowEmpty)
 	pickW(&out.Client, def.Client)
 	out.Invalid = d.Invalid || def.Invalid
 	return &out

@@ -8,7 +8,7 @@ import (
 )
 
 func TestParse(t *testing.T) {
-	d, errs := Parse(100, "//lease:lock orders:{orderID} ttl=10s deadline=1m wait=2s fence busy=skip min-validity=3s hold-min=1s name=Charge client=leases")
+	d, errs := Parse(100, "//lease:lock orders:{orderID} ttl=10s deadline=1m wait=2s fence busy=skip min-validity=3s hold-min=1s name=Charge client=leases allow-empty")
 	if len(errs) > 0 {
 		t.Fatal(errs)
 	}
@@ -16,7 +16,7 @@ func TestParse(t *testing.T) {
 		t.Fatalf("key %q at %d", d.Key, d.KeyPos)
 	}
 	if d.TTL.V != 10*time.Second || d.Deadline.V != time.Minute || d.Wait.V != 2*time.Second || !d.Fence.Set() ||
-		d.Busy.V != "skip" || d.MinValidity.V != 3*time.Second || d.HoldMin.V != time.Second || d.WrapperName.V != "Charge" || d.Client.V != "leases" {
+		d.Busy.V != "skip" || d.MinValidity.V != 3*time.Second || d.HoldMin.V != time.Second || d.WrapperName.V != "Charge" || d.Client.V != "leases" || !d.AllowEmpty.Set() {
 		t.Fatalf("parsed %+v", d)
 	}
 	if d.TTL.Pos != 100+30 {
@@ -25,7 +25,7 @@ func TestParse(t *testing.T) {
 }
 
 func TestParseIgnoresProse(t *testing.T) {
-	for _, c := range []string{"// lease: held while the job runs", "//go:generate x", "// leases are fun", "//", "/* lease:lock */", "//lease"} {
+	for _, c := range []string{"// lease: held while the job runs", "//go:generate x", "// leases are fun", "//", "/* lease: see below */", "//lease", "// lease:lockout ends at noon", "// Lease: lock held", "/**/"} {
 		if d, errs := Parse(1, c); d != nil || len(errs) > 0 {
 			t.Errorf("%q: got %v %v, want nothing", c, d, errs)
 		}
@@ -34,27 +34,46 @@ func TestParseIgnoresProse(t *testing.T) {
 
 func TestParseErrors(t *testing.T) {
 	cases := map[string]string{
-		"// lease:lock k deadline=1s":   "no space allowed",
-		"//lease:lok k":                 "did you mean lock?",
-		"//lease:lock":                  "needs a key first",
-		"//lease:lock deadline=1s":      "needs a key first",
-		"//lease:lock k ttl":            "needs a duration",
-		"//lease:lock k ttl=abc":        "bad ttl",
-		"//lease:lock k ttl=-1s":        "must not be negative",
-		"//lease:lock k busy=maybe":     "want error or skip",
-		"//lease:lock k fence=yes":      "takes no value",
-		"//lease:lock k name=1x":        "a Go identifier",
-		"//lease:lock k ttl=1s ttl=2s":  "duplicate option ttl",
-		"//lease:defaults name=X":       "not allowed in //lease:defaults",
-		`//lease:lock k "unterminated`:  "malformed",
-		"//lease:lock k deadlin=1s":     "did you mean deadline?",
-		"//lease:lock k minvalidity=1s": "did you mean min-validity?",
+		"// lease:lock k deadline=1s":    "no space allowed",
+		"//\tlease:defaults ttl=1s":      "no space allowed between // and lease:defaults (write //lease:defaults)",
+		"//Lease:Lock k deadline=1s":     `malformed directive "//Lease:Lock": directives are lower case (write //lease:lock)`,
+		"//lease:Defaults ttl=1s":        `malformed directive "//lease:Defaults": directives are lower case (write //lease:defaults)`,
+		"// LEASE:LOCK k":                `"// LEASE:LOCK": no space allowed after //; directives are lower case (write //lease:lock)`,
+		"/* lease:lock k deadline=1s */": `"/* lease:lock": directives are // line comments (write //lease:lock)`,
+		"/*lease:lock k*/":               `"/*lease:lock": directives are // line comments (write //lease:lock)`,
+		"//lease:ignore":                 "needs a check and a reason",
+		"//lease:ignore escape":          "//lease:ignore escape needs a reason",
+		"//lease:ignore escpae because":  `unknown check "escpae" (did you mean escape?)`,
+		"//lease:ignor escape x":         "did you mean ignore?",
+		"//lease:lok k":                  "did you mean lock?",
+		"//lease:lock":                   "needs a key first",
+		"//lease:lock deadline=1s":       "needs a key first",
+		"//lease:lock k ttl":             "needs a duration",
+		"//lease:lock k ttl=abc":         "bad ttl",
+		"//lease:lock k ttl=-1s":         "must not be negative",
+		"//lease:lock k busy=maybe":      "want error or skip",
+		"//lease:lock k fence=yes":       "takes no value",
+		"//lease:lock k allow-empty=1":   "takes no value",
+		"//lease:lock k allow-emtpy":     "did you mean allow-empty?",
+		"//lease:lock k name=1x":         "a Go identifier",
+		"//lease:lock k ttl=1s ttl=2s":   "duplicate option ttl",
+		"//lease:defaults name=X":        "not allowed in //lease:defaults",
+		`//lease:lock k "unterminated`:   "malformed",
+		"//lease:lock k deadlin=1s":      "did you mean deadline?",
+		"//lease:lock k minvalidity=1s":  "did you mean min-validity?",
 	}
 	for c, want := range cases {
 		_, errs := Parse(1, c)
 		if len(errs) == 0 || !strings.Contains(errs[0].Msg, want) {
 			t.Errorf("%q: errors %v, want one containing %q", c, errs, want)
 		}
+	}
+}
+
+func TestParseIgnore(t *testing.T) {
+	d, errs := Parse(1, "//lease:ignore escape the worker is stopped by Close before the lease ends")
+	if len(errs) > 0 || d == nil || d.Name != Ignore || d.Ignored != "escape" || d.Reason != "the worker is stopped by Close before the lease ends" {
+		t.Fatalf("got %+v %v", d, errs)
 	}
 }
 
@@ -70,9 +89,9 @@ func TestCheck(t *testing.T) {
 	if errs := d.Check(); len(errs) > 0 || d.TTL.V != DefaultTTL || d.MinValidity.V != DefaultTTL/2 {
 		t.Fatalf("defaults: %v %v %v", errs, d.TTL.V, d.MinValidity.V)
 	}
-	def := parse("//lease:defaults deadline=2m ttl=4s fence")
+	def := parse("//lease:defaults deadline=2m ttl=4s fence allow-empty")
 	m := parse("//lease:lock k ttl=8s").Merge(def)
-	if errs := m.Check(); len(errs) > 0 || m.Deadline.V != 2*time.Minute || m.TTL.V != 8*time.Second || !m.Fence.Set() || m.MinValidity.V != 4*time.Second {
+	if errs := m.Check(); len(errs) > 0 || m.Deadline.V != 2*time.Minute || m.TTL.V != 8*time.Second || !m.Fence.Set() || m.MinValidity.V != 4*time.Second || !m.AllowEmpty.Set() {
 		t.Fatalf("merged %+v %v", m, errs)
 	}
 	for s, want := range map[string]string{

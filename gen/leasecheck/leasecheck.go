@@ -6,12 +6,21 @@
 //   - stale: lease_gen.go missing or out of date (a suggested fix rewrites it);
 //   - bypass: a call to a protected function outside its generated wrapper
 //     (a suggested fix calls the wrapper where it takes the same arguments);
-//   - fence: a fenced lease whose function never reads its token, and
-//     TokenFrom inside a lease that has no fence;
+//   - fence: a fenced lease whose function never reads its token,
+//     TokenFrom inside a lease that has no fence, and token reads in
+//     functions no fenced lease can reach;
 //   - escape: a goroutine started inside a protected function that uses its
-//     context without being waited for;
+//     context and that some path returns without waiting for;
 //   - order: two protected functions that take each other's leases in
 //     opposite orders.
+//
+// A bypass, escape, fence or order finding that does not apply is answered
+// with a reason on its line or the line above:
+//
+//	//lease:ignore escape the worker stops in Close before the lease ends
+//
+// A suppression without a reason, or one that suppresses nothing, is a
+// finding itself.
 package leasecheck
 
 import (
@@ -75,11 +84,14 @@ func run(pass *analysis.Pass) (any, error) {
 		generated[f] = true
 	}
 	ins := pass.ResultOf[inspect.Analyzer].(*inspector.Inspector)
-	checkBypass(pass, ins, protected, generated)
+	r := newReporter(pass, generated)
+	checkBypass(pass, r, ins, protected, generated)
 	markTokenReaders(pass, generated)
-	checkFence(pass, chk.Protected)
-	checkEscape(pass, chk.Protected)
-	checkOrder(pass, chk.Protected)
+	checkFence(pass, r, chk.Protected)
+	checkUnreachedTokens(pass, r, chk.Protected, generated)
+	checkEscape(pass, r, chk.Protected)
+	checkOrder(pass, r, chk.Protected)
+	r.unused()
 	return nil, nil
 }
 
@@ -99,9 +111,9 @@ func checkStale(pass *analysis.Pass, chk *gen.Checked) {
 		pass.Report(analysis.Diagnostic{Pos: existing.Package, Category: "stale", Message: "lease: generated file has no directives left: re-run go generate (leasegen removes it)"})
 		return
 	case existing == nil:
-		pos := chk.Protected[0].Decl.Pos()
-		if len(chk.Protected) == 0 {
-			pos = pass.Files[0].Package
+		pos := pass.Files[0].Package // a package with only decorators
+		if len(chk.Protected) > 0 {
+			pos = chk.Protected[0].Decl.Pos()
 		}
 		pass.Report(analysis.Diagnostic{Pos: pos, Category: "stale", Message: "lease: no generated wrappers for this package's //lease: directives: run go generate"})
 		return
@@ -155,7 +167,7 @@ func calleeFunc(info *types.Info, call *ast.CallExpr) (*types.Func, *ast.Ident) 
 }
 
 // checkBypass reports calls to protected functions outside their wrappers.
-func checkBypass(pass *analysis.Pass, ins *inspector.Inspector, protected map[*types.Func]gen.Protected, generated map[*ast.File]bool) {
+func checkBypass(pass *analysis.Pass, r *reporter, ins *inspector.Inspector, protected map[*types.Func]gen.Protected, generated map[*ast.File]bool) {
 	fileOf := map[token.Pos]*ast.File{}
 	for _, f := range pass.Files {
 		fileOf[f.FileStart] = f
@@ -200,7 +212,7 @@ func checkBypass(pass *analysis.Pass, ins *inspector.Inspector, protected map[*t
 				TextEdits: []analysis.TextEdit{{Pos: id.Pos(), End: id.End(), NewText: []byte(wrapper)}},
 			}}
 		}
-		pass.Report(d)
+		r.report(d)
 		return true
 	})
 }
@@ -310,12 +322,12 @@ func isContext(t types.Type) bool {
 
 // checkFence: a fenced lease nobody reads, and TokenFrom under a lease
 // without fence.
-func checkFence(pass *analysis.Pass, ps []gen.Protected) {
+func checkFence(pass *analysis.Pass, r *reporter, ps []gen.Protected) {
 	for _, p := range ps {
 		var fact readsTokenFact
 		reads := pass.ImportObjectFact(p.Func, &fact)
 		if p.Fence && !reads {
-			pass.Report(analysis.Diagnostic{Pos: p.Decl.Name.Pos(), Category: "fence",
+			r.report(analysis.Diagnostic{Pos: p.Decl.Name.Pos(), Category: "fence",
 				Message: fmt.Sprintf("lease: %s's lease mints fencing tokens but it never reads one (lease.TokenFrom or fence.From): the resource cannot reject stale writes", p.Func.Name())})
 		}
 		if !p.Fence && p.Decl.Body != nil {
@@ -325,7 +337,7 @@ func checkFence(pass *analysis.Pass, ps []gen.Protected) {
 					return true
 				}
 				if f, id := calleeFunc(pass.TypesInfo, call); f != nil && isTokenReader(f) && usesParam(pass.TypesInfo, call, p.Decl, 0) {
-					pass.Report(analysis.Diagnostic{Pos: id.Pos(), Category: "fence",
+					r.report(analysis.Diagnostic{Pos: id.Pos(), Category: "fence",
 						Message: fmt.Sprintf("lease: %s reads a fencing token but its lease has no fence option: add fence to the directive", p.Func.Name())})
 				}
 				return true
@@ -366,40 +378,10 @@ func paramObj(info *types.Info, fd *ast.FuncDecl, i int) types.Object {
 	return nil
 }
 
-// checkEscape reports goroutines started inside a protected function that
-// use its context when the function waits for nothing before returning.
-func checkEscape(pass *analysis.Pass, ps []gen.Protected) {
-	for _, p := range ps {
-		if p.Decl.Body == nil {
-			continue
-		}
-		waits := false
-		ast.Inspect(p.Decl.Body, func(n ast.Node) bool {
-			if call, ok := n.(*ast.CallExpr); ok {
-				if sel, ok := call.Fun.(*ast.SelectorExpr); ok && sel.Sel.Name == "Wait" {
-					waits = true
-				}
-			}
-			return true
-		})
-		if waits {
-			continue
-		}
-		ast.Inspect(p.Decl.Body, func(n ast.Node) bool {
-			g, ok := n.(*ast.GoStmt)
-			if ok && usesParam(pass.TypesInfo, g.Call, p.Decl, 0) {
-				pass.Report(analysis.Diagnostic{Pos: g.Go, Category: "escape",
-					Message: fmt.Sprintf("lease: goroutine uses %s's lease context and may outlive the lease: wait for it before returning (sync.WaitGroup, errgroup)", p.Func.Name())})
-			}
-			return true
-		})
-	}
-}
-
 // checkOrder finds protected functions whose bodies call each other's
 // wrappers: A holding its lease takes B's, and B holding its lease takes
 // A's. Each waits for the other until its wait runs out.
-func checkOrder(pass *analysis.Pass, ps []gen.Protected) {
+func checkOrder(pass *analysis.Pass, r *reporter, ps []gen.Protected) {
 	byWrapper := map[string]gen.Protected{}
 	for _, p := range ps {
 		byWrapper[wrapperKey(p.Func, p.Wrapper)] = p
@@ -436,7 +418,7 @@ func checkOrder(pass *analysis.Pass, ps []gen.Protected) {
 		if !ok {
 			continue
 		}
-		pass.Report(analysis.Diagnostic{Pos: e.pos, Category: "order",
+		r.report(analysis.Diagnostic{Pos: e.pos, Category: "order",
 			Message: fmt.Sprintf("lease: lock-order inversion: %s takes %s's lease while holding its own, and %s does the opposite (at %s): take them in one order", e.from.Name(), e.to.Name(), e.to.Name(), pass.Fset.Position(back.pos))})
 	}
 }

@@ -59,6 +59,15 @@ func process(ctx context.Context, req *Req) (int64, error) {
 	return req.Order.ID * 2, nil
 }
 
+// label opts in to empty key values: "" is a valid label.
+//
+//lease:lock labels:{label} allow-empty
+func label(ctx context.Context, c *lease.Client, label string) (string, error) {
+	Calls.Add(1)
+	l, _ := lease.FromContext(ctx)
+	return l.Key(), nil
+}
+
 // Store is decorated: Put runs under a lease, Get passes through.
 type Store interface {
 	//lease:lock store:{key} fence

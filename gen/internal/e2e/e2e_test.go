@@ -107,6 +107,72 @@ func TestNilKeyPathIsBadKey(t *testing.T) {
 	}
 }
 
+// A busy=skip wrapper returns zero results and nil both when it ran and
+// when it skipped; lease.WithSkipReport tells them apart, and the observer
+// sees EventSkipped, as the wrapper's doc says.
+func TestSkipReport(t *testing.T) {
+	rec := &leasetest.Recorder{}
+	c, err := lease.New(srv.Client(t), lease.WithObserver(rec))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	held, release := make(chan struct{}), make(chan struct{})
+	errc := make(chan error, 1)
+	go func() {
+		errc <- c.Do(context.Background(), "orders:11", lease.Spec{Deadline: 5 * time.Second}, func(context.Context) error {
+			close(held)
+			<-release
+			return nil
+		})
+	}()
+	<-held
+	before := Calls.Load()
+	ctx, skipped := lease.WithSkipReport(context.Background())
+	n, err := Process(ctx, c, &Req{Order: &Order{ID: 11}})
+	if err != nil || n != 0 || !skipped() || Calls.Load() != before {
+		t.Fatalf("Process while held = %d, %v, skipped %v, entered %v; want 0, nil, skipped, not entered", n, err, skipped(), Calls.Load() != before)
+	}
+	if got := rec.Count(lease.EventSkipped); got != 1 {
+		t.Fatalf("%d EventSkipped, want 1", got)
+	}
+	for _, e := range rec.Events() {
+		if e.Kind == lease.EventSkipped && (e.Name != "e2e.process" || e.Key != "orders:11") {
+			t.Fatalf("EventSkipped names %q key %q; want e2e.process, orders:11", e.Name, e.Key)
+		}
+	}
+	close(release)
+	if err := <-errc; err != nil {
+		t.Fatal(err)
+	}
+
+	ctx, skipped = lease.WithSkipReport(context.Background())
+	if n, err := Process(ctx, c, &Req{Order: &Order{ID: 11}}); err != nil || n != 22 || skipped() {
+		t.Fatalf("Process when free = %d, %v, skipped %v; want 22, nil, not skipped", n, err, skipped())
+	}
+	if got := rec.Count(lease.EventSkipped); got != 1 {
+		t.Fatalf("%d EventSkipped after a call that ran, want still 1", got)
+	}
+}
+
+// An empty key value is a bad key (one lease would serve every empty id),
+// unless the directive says allow-empty.
+func TestEmptyKeyPartIsBadKey(t *testing.T) {
+	c := client(t)
+	a := &Account{Leases: c}
+	before := Calls.Load()
+	if _, _, err := a.Transfer(context.Background(), "", "bob", 1); !errors.Is(err, lease.ErrBadKey) {
+		t.Fatalf("Transfer from \"\" = %v, want ErrBadKey", err)
+	}
+	if Calls.Load() != before {
+		t.Fatal("function called with an empty key part")
+	}
+	key, err := Label(context.Background(), c, "")
+	if err != nil || key != "labels:" {
+		t.Fatalf("Label(\"\") = %q, %v; want the key labels: (allow-empty)", key, err)
+	}
+}
+
 type mapStore struct{ m map[string]string }
 
 func (s *mapStore) Put(ctx context.Context, key, val string) error {

@@ -17,3 +17,13 @@ func c(ctx context.Context, orderID string) error {
 
 /* want `//lease:lock on a declaration` */ //lease:lock k deadline=5s
 var x = 1
+
+/* want `malformed directive "//Lease:Lock": directives are lower case \(write //lease:lock\)` */ //Lease:Lock k deadline=5s
+func d(ctx context.Context) error {
+	return nil
+}
+
+func e(ctx context.Context) error {
+	/* want `//lease:ignore escape needs a reason` */ //lease:ignore escape
+	return nil
+}

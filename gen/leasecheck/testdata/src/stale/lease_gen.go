@@ -7,8 +7,9 @@ package stale // want `lease: lease_gen.go is stale`
 
 import (
 	"context"
-	"github.com/leasegen/leasegen/runtime/lease"
 	"time"
+
+	"github.com/leasegen/leasegen/runtime/lease"
 )
 
 // If this fails to compile, work changed since this file was generated: re-run go generate.
@@ -20,9 +21,10 @@ var _ func(*S, context.Context) error = (*S).work
 func (s *S) Work(ctx context.Context) error {
 	key := "a"
 	return s.c.Do(ctx, key, lease.Spec{
+		TTL:         30 * time.Second,
 		Deadline:    5 * time.Second,
 		MinValidity: 15 * time.Second,
-		TTL:         30 * time.Second,
+		Name:        "stale.(*S).work",
 	}, func(ctx context.Context) error {
 		return s.work(ctx)
 	})

@@ -20,6 +20,7 @@ type Spec struct {
 	TTL, Deadline, Wait, MinValidity, HoldMin time.Duration
 	Busy                                      BusyPolicy
 	Fence                                     bool
+	Name                                      string
 }
 
 type Client struct{}

@@ -1,0 +1,97 @@
+package gen
+
+import (
+	"go/types"
+	"strconv"
+	"strings"
+
+	"github.com/leasegen/leasegen/gen/directive"
+)
+
+// Client resolution: where a wrapper gets its *lease.Client.
+
+// clientSource is where a wrapper's *lease.Client comes from: an
+// expression (receiver field, package variable), one of the target's own
+// parameters, or a parameter the wrapper adds after ctx.
+type clientSource struct {
+	expr  string // a field or package variable; "" otherwise
+	param int    // index of the target's own *lease.Client parameter, or -1
+	added string // name of the added parameter, or ""
+}
+
+// client finds the source, in this order: client= (a receiver field, a
+// parameter or a package-level variable), the receiver's one field of type
+// *lease.Client, the target's one parameter of that type, else an added
+// parameter. Two or more candidates of one kind need client=.
+func (g *pkgGen) client(d *directive.Directive, sig *types.Signature, recv *types.Named, recvName string, n *namer) (clientSource, bool) {
+	var fields []string
+	if recv != nil {
+		if st, ok := recv.Underlying().(*types.Struct); ok {
+			for i := range st.NumFields() {
+				if f := st.Field(i); isLeaseClient(f.Type()) {
+					fields = append(fields, f.Name())
+				}
+			}
+		}
+	}
+	var params []int // indexes of the target's *lease.Client parameters
+	for i := range sig.Params().Len() {
+		if isLeaseClient(sig.Params().At(i).Type()) {
+			params = append(params, i)
+		}
+	}
+	paramName := func(i int) string {
+		if name := sig.Params().At(i).Name(); name != "" && name != "_" {
+			return name
+		}
+		return "parameter " + strconv.Itoa(i+1) + " (unnamed)"
+	}
+	none := clientSource{param: -1}
+	if d.Client.Set() {
+		name := d.Client.V
+		for _, f := range fields {
+			if f == name {
+				return clientSource{expr: recvName + "." + name, param: -1}, true
+			}
+		}
+		for _, i := range params {
+			if sig.Params().At(i).Name() == name {
+				return clientSource{param: i}, true
+			}
+		}
+		if v, ok := g.pkg.Types.Scope().Lookup(name).(*types.Var); ok && isLeaseClient(v.Type()) {
+			n.reserve(name)
+			return clientSource{expr: name, param: -1}, true
+		}
+		var cands []string
+		cands = append(cands, fields...)
+		for _, i := range params {
+			cands = append(cands, sig.Params().At(i).Name())
+		}
+		for _, s := range g.pkg.Types.Scope().Names() {
+			if v, ok := g.pkg.Types.Scope().Lookup(s).(*types.Var); ok && isLeaseClient(v.Type()) {
+				cands = append(cands, s)
+			}
+		}
+		g.errorf(d.Client.Pos, "client=%s: no receiver field, parameter or package-level variable %s of type *lease.Client%s", name, name, directive.Suggest(name, cands))
+		return none, false
+	}
+	switch {
+	case len(fields) == 1:
+		return clientSource{expr: recvName + "." + fields[0], param: -1}, true
+	case len(fields) > 1:
+		g.errorf(d.Slash, "the receiver has %d fields of type *lease.Client (%s): choose one with client=", len(fields), strings.Join(fields, ", "))
+		return none, false
+	case len(params) == 1:
+		return clientSource{param: params[0]}, true
+	case len(params) > 1:
+		var names []string
+		for _, i := range params {
+			names = append(names, paramName(i))
+		}
+		g.errorf(d.Slash, "the function takes %d parameters of type *lease.Client (%s): choose one with client=", len(params), strings.Join(names, ", "))
+		return none, false
+	}
+	// No source: the wrapper takes the client as a parameter after ctx.
+	return clientSource{added: n.alloc("c", "c"), param: -1}, true
+}

@@ -1,0 +1,152 @@
+package gen
+
+import (
+	"go/ast"
+	"go/token"
+	"go/types"
+	"strconv"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/leasegen/leasegen/templates"
+)
+
+// Naming: wrapper names, their clashes, and the identifiers a wrapper declares.
+
+func exportName(s string) string {
+	r, n := utf8.DecodeRuneInString(s)
+	return string(unicode.ToUpper(r)) + s[n:]
+}
+
+func recvName(fd *ast.FuncDecl) string {
+	if len(fd.Recv.List) > 0 && len(fd.Recv.List[0].Names) > 0 {
+		return fd.Recv.List[0].Names[0].Name
+	}
+	return ""
+}
+
+// members returns the fields and methods, promoted ones included, that a
+// selector on *recv can reach, by name, computed once per type: looking
+// each wrapper name up on its own (types.LookupFieldOrMethod) scans every
+// method each time, quadratic in a type with thousands of methods.
+func (g *pkgGen) members(recv *types.Named) map[string]types.Object {
+	if m, ok := g.memberCache[recv]; ok {
+		return m
+	}
+	m := map[string]types.Object{}
+	ms := types.NewMethodSet(types.NewPointer(recv))
+	for i := range ms.Len() {
+		if obj := ms.At(i).Obj(); m[obj.Name()] == nil {
+			m[obj.Name()] = obj
+		}
+	}
+	seen := map[types.Type]bool{}
+	var fields func(t types.Type)
+	fields = func(t types.Type) {
+		if p, ok := t.Underlying().(*types.Pointer); ok {
+			t = p.Elem()
+		}
+		st, ok := t.Underlying().(*types.Struct)
+		if !ok || seen[t] {
+			return
+		}
+		seen[t] = true
+		for i := range st.NumFields() {
+			f := st.Field(i)
+			if m[f.Name()] == nil {
+				m[f.Name()] = f
+			}
+			if f.Embedded() {
+				fields(f.Type())
+			}
+		}
+	}
+	fields(recv)
+	if g.memberCache == nil {
+		g.memberCache = map[*types.Named]map[string]types.Object{}
+	}
+	g.memberCache[recv] = m
+	return m
+}
+
+// declare records a wrapper name and reports a clash with an existing
+// declaration in its scope (the package, or the receiver's method set).
+func (g *pkgGen) declare(pos token.Pos, name string, recv *types.Named) bool {
+	scopeKey := name
+	var existing types.Object
+	if recv != nil {
+		scopeKey = recv.Obj().Name() + "." + name
+		existing = g.members(recv)[name]
+	} else {
+		existing = g.pkg.Types.Scope().Lookup(name)
+	}
+	if existing != nil && g.generated[g.fset.Position(existing.Pos()).Filename] {
+		existing = nil // our own earlier output (when checked without -tags leasegen)
+	}
+	if existing != nil {
+		g.errorf(pos, "wrapper name %s is already declared at %s; choose another with name=", name, g.errs.where(existing.Pos()))
+		return false
+	}
+	if prev, ok := g.names[scopeKey]; ok {
+		g.errorf(pos, "wrapper name %s is also generated for the directive at %s; choose another with name=", name, g.errs.where(prev))
+		return false
+	}
+	g.names[scopeKey] = pos
+	return true
+}
+
+// locals allocates the wrapper's local names.
+func (g *pkgGen) locals(w *templates.Wrapper, n *namer) {
+	w.KeyVar = n.alloc("key", "key")
+	w.ErrVar = n.alloc("err", "err")
+	for i := range len(w.Results) - 1 {
+		w.ResultVars = append(w.ResultVars, n.alloc("r"+strconv.Itoa(i), "r"))
+	}
+	for _, p := range w.Key {
+		if p.Marshal != "" {
+			w.ScratchVars = append(w.ScratchVars, n.alloc("text", "text"))
+			if w.KeyErrVar == "" {
+				w.KeyErrVar = n.alloc("keyErr", "keyErr")
+			}
+		}
+	}
+}
+
+// namer allocates identifiers that collide with nothing reserved.
+type namer struct{ used map[string]bool }
+
+func newNamer() *namer { return &namer{used: map[string]bool{"_": true}} }
+
+func (n *namer) reserve(names ...string) {
+	for _, s := range names {
+		n.used[s] = true
+	}
+}
+
+// alloc returns want if free (def if want is empty), else the first free
+// want1, want2, ...
+func (n *namer) alloc(want, def string) string {
+	if want == "" || want == "_" {
+		want = def
+	}
+	name := want
+	for i := 1; n.used[name]; i++ {
+		name = want + strconv.Itoa(i)
+	}
+	n.used[name] = true
+	return name
+}
+
+// newNamer returns a namer for one wrapper with every import name its
+// text refers to reserved, and those of the packages the templates use: a
+// parameter with such a name would shadow the package in the body.
+func (g *pkgGen) newNamer(q *qual) *namer {
+	n := newNamer()
+	for _, path := range fixedImports {
+		n.reserve(g.imports[path])
+	}
+	for path := range q.uses {
+		n.reserve(g.imports[path])
+	}
+	return n
+}

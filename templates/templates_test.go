@@ -1,0 +1,72 @@
+package templates
+
+import (
+	"go/format"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestAssumedName(t *testing.T) {
+	for path, want := range map[string]string{
+		"context":                      "context",
+		"github.com/redis/go-redis/v9": "redis",
+		"gopkg.in/yaml.v3":             "yaml",
+		"example.com/go-kit":           "kit",
+		"example.com/v2":               "example", // as goimports assumes
+		"net/http":                     "http",
+	} {
+		if got := assumedName(path); got != want {
+			t.Errorf("assumedName(%q) = %q, want %q", path, got, want)
+		}
+	}
+}
+
+func TestLookupUnknownTemplate(t *testing.T) {
+	if _, err := Lookup("nope"); err == nil || !strings.Contains(err.Error(), "valid: decorator, func, method") {
+		t.Fatalf("Lookup(nope) = %v; want an error listing the templates", err)
+	}
+}
+
+// The emitters write gofmt's layout themselves; a model with every kind of
+// key part, results and a decorator renders to gofmt'd source.
+func TestRenderNeedsNoGofmt(t *testing.T) {
+	imports := map[string]string{"context": "context", "fmt": "fmt", "strconv": "strconv", "time": "time", leasePkg: "lease"}
+	w := &Wrapper{
+		Template: "method", Name: "Charge", Target: "charge",
+		Doc:      []string{"Charge does it.", "", "Lines stay as written."},
+		RecvName: "s", RecvType: "*Server",
+		Params:      []Param{{Name: "ctx", Type: "context.Context"}, {Name: "req", Type: "*Req"}, {Name: "tags", Type: "string", Variadic: true}},
+		ClientParam: -1, Results: []string{"int", "error"},
+		Key: []KeyPart{
+			{Lit: "k:"},
+			{Src: "{req.ID}", Value: "strconv.FormatInt(req.ID, 10)", NilChecks: []NilCheck{{Expr: "req", Text: "req"}}},
+			{Lit: ":"},
+			{Src: "{req.Name()}", Str: "req.Name()", StrVar: "part", NonEmpty: true, Text: "req.Name()"},
+			{Lit: ":"},
+			{Src: "{req.Addr}", Marshal: "req.Addr.MarshalText()", NonEmpty: true, Text: "req.Addr"},
+		},
+		Spec:   Spec{TTL: 10 * time.Second, Deadline: time.Minute, Wait: 2 * time.Second, MinValidity: 5 * time.Second, HoldMin: time.Second, Skip: true, Fence: true, Name: "p.(*Server).charge"},
+		Client: "s.leases", Call: "s.charge", Tie: "(*Server).charge", TieType: "func(*Server, context.Context, *Req, ...string) (int, error)",
+		KeyVar: "key", ErrVar: "err", KeyErrVar: "keyErr", ResultVars: []string{"r0"}, ScratchVars: []string{"text"},
+		Uses: []string{"context", "strconv"},
+	}
+	d := &Decorator{Iface: "Store", IfaceTyp: "Store", Ctor: "NewLeasedStore", Struct: "leasedStore", Recv: "x", Next: "next", ClientF: "leases",
+		Methods: []*Wrapper{{Template: "decorator", Name: "Put", Target: "Store.Put", Params: []Param{{Name: "ctx", Type: "context.Context"}, {Name: "id", Type: "string"}},
+			ClientParam: -1, Results: []string{"error"}, Key: []KeyPart{{Lit: "s:"}, {Src: "{id}", Str: "id", NonEmpty: true, Text: "id"}},
+			Spec:   Spec{TTL: 3 * time.Second, Deadline: 5 * time.Second, MinValidity: 1500 * time.Millisecond, Name: "p.Store.Put"},
+			Client: "x.leases", Call: "x.next.Put", KeyVar: "key", ErrVar: "err", Uses: []string{"context"}}},
+		Passthrough: []*Wrapper{{Name: "Close", Params: nil}, {Name: "Get", Params: []Param{{Name: "id", Type: "string"}}, Results: []string{"[]byte", "error"}}},
+	}
+	out, err := Render(&File{PkgPath: "example.com/p", PkgName: "p", Imports: imports, Wrappers: []*Wrapper{w}, Decorators: []*Decorator{d}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	formatted, err := format.Source(out)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	if string(formatted) != string(out) {
+		t.Fatalf("not gofmt's layout:\n--- rendered\n%s--- gofmt\n%s", out, formatted)
+	}
+}
