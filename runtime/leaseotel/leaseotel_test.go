@@ -445,7 +445,7 @@ func TestUnknown(t *testing.T) {
 	p := leasetest.StartProxy(t, srv.Addr())
 	h := newHarness(t, srv.Client(t, func(o *redis.Options) { o.Addr = p.Addr() }))
 	s := lease.Spec{TTL: 5 * time.Second, Deadline: 5 * time.Second, Name: "unknown"}
-	key := fmt.Sprintf("unknown:%d", time.Now().UnixNano()) // its possible grant outlives the test
+	key := fmt.Sprintf("unknown:%d", time.Now().UnixNano())           // its possible grant outlives the test
 	if err := h.c.Do(context.Background(), key, s, nop); err != nil { // warm the pool and the scripts
 		t.Fatal(err)
 	}
