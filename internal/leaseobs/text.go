@@ -54,6 +54,9 @@ type textKey struct{}
 
 // StartCall keeps the call's state in its context.
 func (t *Text) StartCall(ctx context.Context, name, key string) context.Context {
+	t.mu.Lock()
+	t.series(name) // as leaseprom: a name's series exist from its first call
+	t.mu.Unlock()
 	return context.WithValue(ctx, textKey{}, NewCall(name, key))
 }
 
