@@ -81,7 +81,9 @@ func TestLevels(t *testing.T) {
 	t.Cleanup(func() { c.Close() })
 	direct := srv.Client(t)
 	uniq := fmt.Sprint(time.Now().UnixNano())
-	s := func(name string) lease.Spec { return lease.Spec{TTL: 5 * time.Second, Deadline: 5 * time.Second, Name: name} }
+	s := func(name string) lease.Spec {
+		return lease.Spec{TTL: 5 * time.Second, Deadline: 5 * time.Second, Name: name}
+	}
 
 	if err := c.Do(ctx, "a:"+uniq, lease.Spec{TTL: 5 * time.Second, Deadline: 5 * time.Second, Fence: true, Name: "ok"}, func(ctx context.Context) error {
 		busy := c.Do(context.WithoutCancel(context.Background()), "a:"+uniq, s("busy"), func(context.Context) error { return nil })
