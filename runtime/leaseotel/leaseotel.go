@@ -180,7 +180,14 @@ type named struct {
 	base    metric.MeasurementOption
 	outcome [leaseobs.NumOutcomes]metric.MeasurementOption
 	result  [leaseobs.NumResults]metric.MeasurementOption
+	// the span start options of the call, and of the acquire and release
+	// spans by outcome and result (without their timestamps)
+	callSpan    []trace.SpanStartOption
+	acquireSpan [leaseobs.NumOutcomes]trace.SpanStartOption
+	releaseSpan [leaseobs.NumResults]trace.SpanStartOption
 }
+
+var internal = trace.WithSpanKind(trace.SpanKindInternal)
 
 func (o *Observer) named(name string) *named {
 	if n, ok := o.names.Load(name); ok {
@@ -196,7 +203,12 @@ func (o *Observer) named(name string) *named {
 	}
 	for i := range n.result {
 		n.result[i] = metric.WithAttributeSet(attribute.NewSet(n.attr, attribute.String(leaseobs.AttrResult, leaseobs.Result(i).String())))
+		n.releaseSpan[i] = trace.WithAttributes(n.attr, attribute.String(leaseobs.AttrResult, leaseobs.Result(i).String()))
 	}
+	for i := range n.acquireSpan {
+		n.acquireSpan[i] = trace.WithAttributes(n.attr, attribute.String(leaseobs.AttrOutcome, leaseobs.Outcome(i).String()))
+	}
+	n.callSpan = []trace.SpanStartOption{internal, trace.WithAttributes(n.attr)}
 	if v, loaded := o.names.LoadOrStore(name, n); loaded {
 		return v.(*named)
 	}
@@ -231,11 +243,11 @@ type callKey struct{}
 // protected function's spans become its children) and the call's state.
 func (o *Observer) StartCall(ctx context.Context, name, key string) context.Context {
 	n := o.named(name)
-	attrs := []attribute.KeyValue{n.attr}
+	opts := n.callSpan
 	if o.withKey {
-		attrs = append(attrs, attribute.String(leaseobs.AttrKey, key))
+		opts = []trace.SpanStartOption{internal, trace.WithAttributes(n.attr, attribute.String(leaseobs.AttrKey, key))}
 	}
-	ctx, span := o.tracer.Start(ctx, n.span, trace.WithSpanKind(trace.SpanKindInternal), trace.WithAttributes(attrs...))
+	ctx, span := o.tracer.Start(ctx, n.span, opts...)
 	return context.WithValue(ctx, callKey{}, &call{Call: leaseobs.NewCall(name, key), o: o, n: n, span: span})
 }
 
@@ -314,8 +326,7 @@ func (o *Observer) countResult(ctx context.Context, e lease.Event, r leaseobs.Re
 		if c == nil {
 			return
 		}
-		_, span := o.tracer.Start(ctx, "lease.release", trace.WithSpanKind(trace.SpanKindInternal), trace.WithTimestamp(now.Add(-e.Took)),
-			trace.WithAttributes(n.attr, attribute.String(leaseobs.AttrResult, r.String())))
+		_, span := o.tracer.Start(ctx, "lease.release", internal, trace.WithTimestamp(now.Add(-e.Took)), n.releaseSpan[r])
 		if e.Err != nil {
 			o.fail(span, e.Err, leaseobs.Classify(e.Err))
 		}
@@ -331,11 +342,10 @@ func (o *Observer) acquireSpan(c *call, e lease.Event, ch leaseobs.Change) {
 	if start.Before(c.Begun) {
 		start = c.Begun // the runtime's clock starts a moment before StartCall
 	}
-	attrs := []attribute.KeyValue{c.n.attr, attribute.String(leaseobs.AttrOutcome, ch.Acquire.String())}
+	_, span := o.tracer.Start(e.Ctx, "lease.acquire", internal, trace.WithTimestamp(start), c.n.acquireSpan[ch.Acquire])
 	if ch.Acquire == leaseobs.Granted && e.Token != 0 {
-		attrs = append(attrs, attribute.Int64(leaseobs.AttrToken, int64(e.Token)))
+		span.SetAttributes(attribute.Int64(leaseobs.AttrToken, int64(e.Token)))
 	}
-	_, span := o.tracer.Start(e.Ctx, "lease.acquire", trace.WithSpanKind(trace.SpanKindInternal), trace.WithTimestamp(start), trace.WithAttributes(attrs...))
 	if ch.Acquire != leaseobs.Granted {
 		if e.Kind == lease.EventUnreplicated {
 			span.SetAttributes(attribute.String(leaseobs.AttrError, "unreplicated"))
@@ -351,14 +361,13 @@ func (o *Observer) endCall(c *call, e lease.Event, ch leaseobs.Change) {
 	if c == nil {
 		return
 	}
-	attrs := []attribute.KeyValue{attribute.String(leaseobs.AttrOutcome, ch.Outcome.String())}
+	c.span.SetAttributes(attribute.String(leaseobs.AttrOutcome, ch.Outcome.String()))
 	if e.Token != 0 {
-		attrs = append(attrs, attribute.Int64(leaseobs.AttrToken, int64(e.Token)))
+		c.span.SetAttributes(attribute.Int64(leaseobs.AttrToken, int64(e.Token)))
 	}
 	if ch.Reentered {
-		attrs = append(attrs, attribute.Bool("lease.reentered", true))
+		c.span.SetAttributes(attribute.Bool("lease.reentered", true))
 	}
-	c.span.SetAttributes(attrs...)
 	if e.Err != nil {
 		o.fail(c.span, e.Err, ch.Outcome)
 	}
