@@ -195,6 +195,10 @@ type Change struct {
 	Held      time.Duration
 	HeldValid bool
 	Reentered bool
+	// LostUnseen: the outcome is Lost but EventLost has not arrived (the
+	// renewal goroutine reports it and may do so after EventDone, which
+	// is then ignored here).
+	LostUnseen bool
 }
 
 // Observe records e, observed at now, and returns what it changed. Events
@@ -260,6 +264,7 @@ func (c *Call) Observe(e lease.Event, now time.Time) Change {
 		}
 		ch.Outcome = c.outcome(e.Err, ch.Reentered)
 		ch.Held, ch.HeldValid = c.held, c.acquired
+		ch.LostUnseen = ch.Outcome == Lost && !c.lost
 	}
 	return ch
 }
@@ -276,24 +281,21 @@ func (c *Call) endAcquire(ch *Change, o Outcome, took time.Duration) {
 	}
 }
 
-// outcome is the call's outcome once Do returned err. A granted call keeps
-// Granted whatever fn returned (even an error wrapping ErrBusy from a
-// nested call on another key): the outcome describes the lease.
+// outcome is the call's outcome once Do returned err. A loss is read from
+// err as well as from EventLost, which may arrive after EventDone. A
+// granted call is otherwise Granted whatever fn returned (even an error
+// wrapping ErrBusy from a nested call on another key): the outcome
+// describes the lease.
 func (c *Call) outcome(err error, reentered bool) Outcome {
 	switch {
-	case c.lost:
+	case c.lost || errors.Is(err, lease.ErrLost):
 		return Lost
 	case c.deadline:
 		return Deadline
-	case c.acquired:
+	case c.acquired, reentered:
 		return Granted
 	case c.skipped:
 		return Skipped
-	case reentered:
-		if errors.Is(err, lease.ErrLost) {
-			return Lost
-		}
-		return Granted
 	case c.acqEnded:
 		return c.acquire
 	}

@@ -368,6 +368,9 @@ func (o *Observer) endCall(c *call, e lease.Event, ch leaseobs.Change) {
 	if ch.Reentered {
 		c.span.SetAttributes(attribute.Bool("lease.reentered", true))
 	}
+	if ch.LostUnseen { // EventLost will come after the span ends
+		c.span.AddEvent("lease.lost", trace.WithAttributes(o.errAttrs(e.Err, leaseobs.Lost.String())...))
+	}
 	if e.Err != nil {
 		o.fail(c.span, e.Err, ch.Outcome)
 	}

@@ -482,6 +482,9 @@ func TestUnknown(t *testing.T) {
 
 // The key is deleted from outside while the function runs: the renewal
 // finds it not ours, the lease is lost, and the span says so with events.
+// The function takes 50ms to wind down after its context is cancelled, as
+// real work does: the runtime cancels the context before it reports the
+// failed renewal (see TestLostReturnAtOnce).
 func TestLost(t *testing.T) {
 	h := newHarness(t, nil)
 	s := lease.Spec{TTL: 300 * time.Millisecond, Deadline: 5 * time.Second, Name: "lost"}
@@ -490,6 +493,7 @@ func TestLost(t *testing.T) {
 			return err
 		}
 		<-ctx.Done()
+		time.Sleep(50 * time.Millisecond)
 		return nil
 	})
 	if !errors.Is(err, lease.ErrLost) {
@@ -498,7 +502,7 @@ func TestLost(t *testing.T) {
 	call := h.call("lost")
 	wantAttrs(t, call, "lease.outcome=lost", "error.type=lost")
 	wantStatus(t, call, codes.Error)
-	if ev := eventNames(call); !slices.Contains(ev, "lease.renew_failed") || !slices.Contains(ev, "lease.lost") {
+	if ev := eventNames(call); !slices.Equal(ev, []string{"lease.renew_failed", "lease.lost"}) {
 		t.Errorf("call span events %v, want lease.renew_failed and lease.lost", ev)
 	}
 	for _, e := range call.Events() {
@@ -515,6 +519,39 @@ func TestLost(t *testing.T) {
 	h.wantValue("lease.active", 0, "lease.name=lost")
 	h.wantCount("lease.hold.duration", 1, "lease.name=lost", "lease.outcome=lost")
 	h.wantCount("lease.acquire.duration", 1, "lease.name=lost", "lease.outcome=granted")
+}
+
+// A function that returns the moment its context is cancelled may return
+// before the runtime reports the loss (the renewal goroutine cancels, then
+// reports): the outcome comes from Do's error, the span still gets its
+// lease.lost event, and the late events still count in the metrics.
+func TestLostReturnAtOnce(t *testing.T) {
+	h := newHarness(t, nil)
+	s := lease.Spec{TTL: 300 * time.Millisecond, Deadline: 5 * time.Second, Name: "lost"}
+	err := h.c.Do(context.Background(), "lost-at-once", s, func(ctx context.Context) error {
+		if err := h.direct.Del(ctx, "lease:{lost-at-once}:l").Err(); err != nil {
+			return err
+		}
+		<-ctx.Done()
+		return nil
+	})
+	if !errors.Is(err, lease.ErrLost) {
+		t.Fatalf("got %v, want ErrLost", err)
+	}
+	call := h.call("lost")
+	wantAttrs(t, call, "lease.outcome=lost", "error.type=lost")
+	if ev := eventNames(call); !slices.Contains(ev, "lease.lost") {
+		t.Errorf("call span events %v, want lease.lost", ev)
+	}
+	h.wantValue("lease.calls", 1, "lease.name=lost", "lease.outcome=lost")
+	for deadline := time.Now().Add(time.Second); ; time.Sleep(5 * time.Millisecond) {
+		if n, _ := h.value("lease.renewals", "lease.name=lost", "lease.result=not_owner"); n == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the failed renewal was never counted")
+		}
+	}
 }
 
 // The total budget runs out while the function runs.
