@@ -6,8 +6,10 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"os/signal"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
@@ -30,7 +32,8 @@ type config struct {
 	// ("" for none).
 	metrics string
 	// beforeStop, if set, is called with the /metrics URL after the run,
-	// before the metrics server stops (tests scrape it there).
+	// before the metrics server stops: main waits there for Ctrl-C, tests
+	// scrape.
 	beforeStop func(url string) error
 }
 
@@ -48,6 +51,15 @@ func main() {
 	flag.StringVar(&cfg.prefix, "prefix", defaultPrefix(), "namespace of the run's Redis keys; with REDIS_URL they are deleted at the end")
 	flag.StringVar(&cfg.metrics, "metrics", "", "serve the lease metrics at http://ADDR/metrics (Prometheus text format) while the run lasts, e.g. :9090")
 	flag.Parse()
+	if cfg.metrics != "" {
+		cfg.beforeStop = func(url string) error { // keep serving for a scrape
+			fmt.Printf("\nServing %s until interrupted (Ctrl-C).\n", url)
+			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			<-ctx.Done()
+			return nil
+		}
+	}
 	if err := run(context.Background(), cfg); err != nil {
 		fmt.Fprintln(os.Stderr, "example:", err)
 		os.Exit(1)
