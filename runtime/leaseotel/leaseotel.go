@@ -62,8 +62,15 @@
 //     (ErrRefused: the server refused the command, e.g. READONLY).
 //   - lease.subscription.failures counts interruptions of the release
 //     notifications, which make waiters fall back to re-checks.
-//   - lease.ttl is not recorded: the runtime's events do not carry the
-//     Spec (see the notes).
+//   - lease.ttl is not recorded: neither StartCall nor the events carry
+//     the call's Spec.
+//
+// Ordering: the runtime's renewal goroutine cancels the function's context
+// before it reports a failed renewal and the loss, so a function that
+// returns at once can end the call first. The call is then still "lost"
+// (read from Do's error), its span gets the lease.lost event at its end,
+// and the late events count in the metrics; only the lease.renew_failed
+// span event is missing.
 //
 // Every counter series of a name is created at zero when the name is first
 // seen, so that rate() and increase() see a first loss.
