@@ -2,6 +2,7 @@ package leaseotel_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -21,14 +22,20 @@ func (discard) Shutdown(context.Context) error                             { ret
 
 // BenchmarkDo is one uncontended protected call (acquire, enter, release)
 // against one redis-server, without an observer and with the OTel adapter
-// on an SDK that samples every span (batched to a discarding exporter) and
-// aggregates every metric: compare with benchstat -col /observer.
+// on an SDK that aggregates every metric and samples every span (otel) or
+// none (otel-unsampled: metrics only, as for the unsampled majority of
+// calls under a ratio sampler); sampled spans are batched to a discarding
+// exporter. Compare with benchstat -col /observer.
 func BenchmarkDo(b *testing.B) {
-	for _, observer := range []string{"none", "otel"} {
+	for _, observer := range []string{"none", "otel", "otel-unsampled"} {
 		b.Run("observer="+observer, func(b *testing.B) {
 			var opts []lease.Option
-			if observer == "otel" {
-				tp := sdktrace.NewTracerProvider(sdktrace.WithSampler(sdktrace.AlwaysSample()), sdktrace.WithBatcher(discard{}))
+			if observer != "none" {
+				sampler := sdktrace.AlwaysSample()
+				if observer == "otel-unsampled" {
+					sampler = sdktrace.NeverSample()
+				}
+				tp := sdktrace.NewTracerProvider(sdktrace.WithSampler(sampler), sdktrace.WithBatcher(discard{}))
 				mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(sdkmetric.NewManualReader()))
 				b.Cleanup(func() {
 					_ = tp.Shutdown(context.Background())
@@ -60,29 +67,38 @@ func BenchmarkDo(b *testing.B) {
 
 // BenchmarkObserverCall is the adapter's own cost per protected call: the
 // StartCall and the events of an uncontended Do (acquired, released, done),
-// without Redis. Divided by BenchmarkDo/observer=none it is the overhead
-// on Do, free of the network's noise.
+// without Redis, with every span sampled or none. Divided by
+// BenchmarkDo/observer=none it is the overhead on Do, free of the
+// network's noise.
 func BenchmarkObserverCall(b *testing.B) {
-	tp := sdktrace.NewTracerProvider(sdktrace.WithSampler(sdktrace.AlwaysSample()), sdktrace.WithBatcher(discard{}))
-	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(sdkmetric.NewManualReader()))
-	b.Cleanup(func() {
-		_ = tp.Shutdown(context.Background())
-		_ = mp.Shutdown(context.Background())
-	})
-	obs, err := leaseotel.New(leaseotel.WithTracerProvider(tp), leaseotel.WithMeterProvider(mp))
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.ReportAllocs()
-	for b.Loop() {
-		start := time.Now()
-		ctx := obs.StartCall(context.Background(), "bench.Do", "bench:do")
-		e := lease.Event{Ctx: ctx, Name: "bench.Do", Key: "bench:do", Start: start}
-		e.Kind, e.Wait = lease.EventAcquired, 50*time.Microsecond
-		obs.Observe(e)
-		e.Kind, e.Wait, e.Took, e.Held = lease.EventReleased, 0, 40*time.Microsecond, 10*time.Microsecond
-		obs.Observe(e)
-		e.Kind, e.Took, e.Held = lease.EventDone, 0, 0
-		obs.Observe(e)
+	for _, sampled := range []bool{true, false} {
+		b.Run(fmt.Sprintf("sampled=%v", sampled), func(b *testing.B) {
+			sampler := sdktrace.AlwaysSample()
+			if !sampled {
+				sampler = sdktrace.NeverSample()
+			}
+			tp := sdktrace.NewTracerProvider(sdktrace.WithSampler(sampler), sdktrace.WithBatcher(discard{}))
+			mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(sdkmetric.NewManualReader()))
+			b.Cleanup(func() {
+				_ = tp.Shutdown(context.Background())
+				_ = mp.Shutdown(context.Background())
+			})
+			obs, err := leaseotel.New(leaseotel.WithTracerProvider(tp), leaseotel.WithMeterProvider(mp))
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.ReportAllocs()
+			for b.Loop() {
+				start := time.Now()
+				ctx := obs.StartCall(context.Background(), "bench.Do", "bench:do")
+				e := lease.Event{Ctx: ctx, Name: "bench.Do", Key: "bench:do", Start: start}
+				e.Kind, e.Wait = lease.EventAcquired, 50*time.Microsecond
+				obs.Observe(e)
+				e.Kind, e.Wait, e.Took, e.Held = lease.EventReleased, 0, 40*time.Microsecond, 10*time.Microsecond
+				obs.Observe(e)
+				e.Kind, e.Took, e.Held = lease.EventDone, 0, 0
+				obs.Observe(e)
+			}
+		})
 	}
 }

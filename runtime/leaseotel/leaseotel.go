@@ -182,11 +182,15 @@ func New(opts ...Option) (*Observer, error) {
 // named holds what is precomputed for one lease name: the span name and
 // the attribute sets of its series, so that recording allocates nothing.
 type named struct {
-	span    string
-	attr    attribute.KeyValue
-	base    metric.MeasurementOption
-	outcome [leaseobs.NumOutcomes]metric.MeasurementOption
-	result  [leaseobs.NumResults]metric.MeasurementOption
+	span string
+	attr attribute.KeyValue
+	// measurement options as the variadic slices the instruments take
+	// (a slice built at each call would be allocated: the calls are
+	// through interfaces)
+	base    []metric.AddOption
+	outcome [leaseobs.NumOutcomes][]metric.AddOption
+	hist    [leaseobs.NumOutcomes][]metric.RecordOption
+	result  [leaseobs.NumResults][]metric.AddOption
 	// the span start options of the call, and of the acquire and release
 	// spans by outcome and result (without their timestamps)
 	callSpan    []trace.SpanStartOption
@@ -204,12 +208,14 @@ func (o *Observer) named(name string) *named {
 	if name == "" {
 		n.span = "lease"
 	}
-	n.base = metric.WithAttributeSet(attribute.NewSet(n.attr))
+	n.base = []metric.AddOption{metric.WithAttributeSet(attribute.NewSet(n.attr))}
 	for i := range n.outcome {
-		n.outcome[i] = metric.WithAttributeSet(attribute.NewSet(n.attr, attribute.String(leaseobs.AttrOutcome, leaseobs.Outcome(i).String())))
+		set := metric.WithAttributeSet(attribute.NewSet(n.attr, attribute.String(leaseobs.AttrOutcome, leaseobs.Outcome(i).String())))
+		n.outcome[i] = []metric.AddOption{set}
+		n.hist[i] = []metric.RecordOption{set}
 	}
 	for i := range n.result {
-		n.result[i] = metric.WithAttributeSet(attribute.NewSet(n.attr, attribute.String(leaseobs.AttrResult, leaseobs.Result(i).String())))
+		n.result[i] = []metric.AddOption{metric.WithAttributeSet(attribute.NewSet(n.attr, attribute.String(leaseobs.AttrResult, leaseobs.Result(i).String())))}
 		n.releaseSpan[i] = trace.WithAttributes(n.attr, attribute.String(leaseobs.AttrResult, leaseobs.Result(i).String()))
 	}
 	for i := range n.acquireSpan {
@@ -222,17 +228,17 @@ func (o *Observer) named(name string) *named {
 	// First sight of the name: its counter series start at zero.
 	ctx := context.Background()
 	for i := range n.outcome {
-		o.calls.Add(ctx, 0, n.outcome[i])
+		o.calls.Add(ctx, 0, n.outcome[i]...)
 	}
 	for _, r := range leaseobs.RenewalResults {
-		o.renewals.Add(ctx, 0, n.result[r])
+		o.renewals.Add(ctx, 0, n.result[r]...)
 	}
 	for _, r := range leaseobs.ReleaseResults {
-		o.releases.Add(ctx, 0, n.result[r])
+		o.releases.Add(ctx, 0, n.result[r]...)
 	}
-	o.stale.Add(ctx, 0, n.base)
-	o.active.Add(ctx, 0, n.base)
-	o.waiting.Add(ctx, 0, n.base)
+	o.stale.Add(ctx, 0, n.base...)
+	o.active.Add(ctx, 0, n.base...)
+	o.waiting.Add(ctx, 0, n.base...)
 	return n
 }
 
@@ -288,32 +294,32 @@ func (o *Observer) Observe(e lease.Event) {
 			c.span.AddEvent("lease.lost", trace.WithTimestamp(now), trace.WithAttributes(o.errAttrs(e.Err, leaseobs.Lost.String())...))
 		}
 	case lease.EventStaleWriteRejected:
-		o.stale.Add(ctx, 1, n.base)
+		o.stale.Add(ctx, 1, n.base...)
 		if c != nil {
 			c.span.AddEvent("lease.stale_write_rejected", trace.WithTimestamp(now),
 				trace.WithAttributes(attribute.Int64(leaseobs.AttrToken, int64(e.Token))))
 		}
 	}
 	if ch.WaitStarted {
-		o.waiting.Add(ctx, 1, n.base)
+		o.waiting.Add(ctx, 1, n.base...)
 	}
 	if ch.WaitEnded {
-		o.waiting.Add(ctx, -1, n.base)
+		o.waiting.Add(ctx, -1, n.base...)
 	}
 	if ch.Entered {
-		o.active.Add(ctx, 1, n.base)
+		o.active.Add(ctx, 1, n.base...)
 	}
 	if ch.Left {
-		o.active.Add(ctx, -1, n.base)
+		o.active.Add(ctx, -1, n.base...)
 	}
 	if ch.AcquireEnded {
-		o.acquire.Record(ctx, ch.AcquireTook.Seconds(), n.outcome[ch.Acquire])
+		o.acquire.Record(ctx, ch.AcquireTook.Seconds(), n.hist[ch.Acquire]...)
 		o.acquireSpan(c, e, ch)
 	}
 	if ch.Done {
-		o.calls.Add(ctx, 1, n.outcome[ch.Outcome])
+		o.calls.Add(ctx, 1, n.outcome[ch.Outcome]...)
 		if ch.HeldValid {
-			o.hold.Record(ctx, ch.Held.Seconds(), n.outcome[ch.Outcome])
+			o.hold.Record(ctx, ch.Held.Seconds(), n.hist[ch.Outcome]...)
 		}
 		o.endCall(c, e, ch)
 	}
@@ -323,15 +329,15 @@ func (o *Observer) Observe(e lease.Event) {
 func (o *Observer) countResult(ctx context.Context, e lease.Event, r leaseobs.Result, n *named, c *call, now time.Time) {
 	switch e.Kind {
 	case lease.EventRenewed, lease.EventRenewFailed:
-		o.renewals.Add(ctx, 1, n.result[r])
+		o.renewals.Add(ctx, 1, n.result[r]...)
 		if e.Kind == lease.EventRenewFailed && c != nil {
 			attrs := append([]attribute.KeyValue{attribute.String(leaseobs.AttrResult, r.String())}, o.errAttrs(e.Err, r.String())...)
 			c.span.AddEvent("lease.renew_failed", trace.WithTimestamp(now), trace.WithAttributes(attrs...))
 		}
 	case lease.EventReleased, lease.EventReleaseUnconfirmed:
-		o.releases.Add(ctx, 1, n.result[r])
-		if c == nil {
-			return
+		o.releases.Add(ctx, 1, n.result[r]...)
+		if c == nil || !c.span.IsRecording() {
+			return // no child spans under an unsampled call
 		}
 		_, span := o.tracer.Start(ctx, "lease.release", internal, trace.WithTimestamp(now.Add(-e.Took)), n.releaseSpan[r])
 		if e.Err != nil {
@@ -342,7 +348,7 @@ func (o *Observer) countResult(ctx context.Context, e lease.Event, r leaseobs.Re
 }
 
 func (o *Observer) acquireSpan(c *call, e lease.Event, ch leaseobs.Change) {
-	if c == nil {
+	if c == nil || !c.span.IsRecording() {
 		return
 	}
 	start := ch.AcquireStart
@@ -366,6 +372,10 @@ func (o *Observer) acquireSpan(c *call, e lease.Event, ch leaseobs.Change) {
 
 func (o *Observer) endCall(c *call, e lease.Event, ch leaseobs.Change) {
 	if c == nil {
+		return
+	}
+	if !c.span.IsRecording() {
+		c.span.End()
 		return
 	}
 	c.span.SetAttributes(attribute.String(leaseobs.AttrOutcome, ch.Outcome.String()))
