@@ -648,3 +648,42 @@ func TestReentered(t *testing.T) {
 	h.wantValue("lease.active", 0, "lease.name=outer")
 	h.wantCount("lease.hold.duration", 0, "lease.name=inner", "lease.outcome=granted")
 }
+
+// Under an unsampled caller, no lease span is recorded, the caller's
+// sampling decision is kept for the work, and the metrics still count.
+func TestUnsampled(t *testing.T) {
+	spans := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSampler(sdktrace.NeverSample()), sdktrace.WithSpanProcessor(spans))
+	reader := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	t.Cleanup(func() {
+		_ = tp.Shutdown(context.Background())
+		_ = mp.Shutdown(context.Background())
+	})
+	obs, err := leaseotel.New(leaseotel.WithTracerProvider(tp), leaseotel.WithMeterProvider(mp))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := lease.New(srv.Client(t), lease.WithObserver(obs))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	err = c.Do(context.Background(), "unsampled", lease.Spec{TTL: 5 * time.Second, Deadline: 5 * time.Second, Name: "unsampled"}, func(ctx context.Context) error {
+		if trace.SpanFromContext(ctx).IsRecording() {
+			t.Error("the work runs under a recording span")
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := len(spans.Started()); n != 0 {
+		t.Errorf("%d spans recorded, want none: %v", n, spanNames(spans.Ended()))
+	}
+	h := &harness{t: t, reader: reader}
+	h.wantValue("lease.calls", 1, "lease.name=unsampled", "lease.outcome=granted")
+	h.wantValue("lease.releases", 1, "lease.name=unsampled", "lease.result=confirmed")
+	h.wantCount("lease.acquire.duration", 1, "lease.name=unsampled", "lease.outcome=granted")
+	h.wantCount("lease.hold.duration", 1, "lease.name=unsampled", "lease.outcome=granted")
+}
