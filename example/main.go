@@ -6,13 +6,16 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"os/signal"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/leasegen/leasegen/internal/leaseobs"
 	"github.com/leasegen/leasegen/runtime/fence"
 	"github.com/leasegen/leasegen/runtime/lease"
 	"github.com/leasegen/leasegen/runtime/leasetest"
@@ -25,6 +28,13 @@ type config struct {
 	// prefix namespaces every Redis key of the run (lease.WithPrefix);
 	// against REDIS_URL the run deletes its keys at the end.
 	prefix string
+	// metrics is the address to serve /metrics on while the run lasts
+	// ("" for none).
+	metrics string
+	// beforeStop, if set, is called with the /metrics URL after the run,
+	// before the metrics server stops: main waits there for Ctrl-C, tests
+	// scrape.
+	beforeStop func(url string) error
 }
 
 // defaultPrefix is unique per run, so runs never share leases or tokens.
@@ -39,7 +49,17 @@ const counterTTL = time.Minute
 func main() {
 	cfg := config{redisURL: os.Getenv("REDIS_URL"), dbURL: os.Getenv("DATABASE_URL")}
 	flag.StringVar(&cfg.prefix, "prefix", defaultPrefix(), "namespace of the run's Redis keys; with REDIS_URL they are deleted at the end")
+	flag.StringVar(&cfg.metrics, "metrics", "", "serve the lease metrics at http://ADDR/metrics (Prometheus text format) while the run lasts, e.g. :9090")
 	flag.Parse()
+	if cfg.metrics != "" {
+		cfg.beforeStop = func(url string) error { // keep serving for a scrape
+			fmt.Printf("\nServing %s until interrupted (Ctrl-C).\n", url)
+			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			<-ctx.Done()
+			return nil
+		}
+	}
 	if err := run(context.Background(), cfg); err != nil {
 		fmt.Fprintln(os.Stderr, "example:", err)
 		os.Exit(1)
@@ -186,7 +206,20 @@ func run(ctx context.Context, cfg config) (err error) {
 	fmt.Println("leasegen example: Redis =", where)
 
 	obs := &counter{n: map[lease.EventKind]int{}}
-	leases, err := lease.New(rdb, lease.WithObserver(obs), lease.WithPrefix(cfg.prefix), lease.WithCounterTTL(counterTTL))
+	metrics := &leaseobs.Text{}
+	if cfg.metrics != "" {
+		url, stop, err := serveMetrics(cfg.metrics, metrics)
+		if err != nil {
+			return err
+		}
+		defer stop()
+		fmt.Println("metrics:", url)
+		if cfg.beforeStop != nil {
+			defer func() { err = errors.Join(err, cfg.beforeStop(url)) }()
+		}
+	}
+	observers := lease.Observers{obs, metrics}
+	leases, err := lease.New(rdb, lease.WithObserver(observers), lease.WithPrefix(cfg.prefix), lease.WithCounterTTL(counterTTL))
 	if err != nil {
 		return err
 	}
@@ -242,7 +275,7 @@ func run(ctx context.Context, cfg config) (err error) {
 	wg.Wait()
 
 	fmt.Println("\n3. Node A is cut off from Redis mid-write (renewals fail); node B takes over.")
-	nodeA, partition, closeA, err := partitionedNode(rdb, obs, cfg.prefix)
+	nodeA, partition, closeA, err := partitionedNode(rdb, observers, cfg.prefix)
 	if err != nil {
 		return err
 	}
@@ -275,10 +308,7 @@ func run(ctx context.Context, cfg config) (err error) {
 	}
 	fmt.Printf("  returned after %v: %v\n", time.Since(start).Round(10*time.Millisecond), err)
 
-	fmt.Println("\nObserver summary:")
-	for _, k := range []lease.EventKind{lease.EventAcquired, lease.EventBusy, lease.EventAcquireUnknown, lease.EventLost, lease.EventDeadlineExceeded, lease.EventReleased, lease.EventStaleWriteRejected} {
-		fmt.Printf("  %-20s %d\n", k, obs.get(k))
-	}
+	printDashboard(os.Stdout, metrics)
 	if v, _ := s.ledger.Value(ctx, "stock:sku-7"); v != -2 {
 		return fmt.Errorf("stock:sku-7 = %d, want -2 (only node B's write)", v)
 	}

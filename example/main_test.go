@@ -3,9 +3,13 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"slices"
 	"sort"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -70,4 +74,75 @@ func TestExampleWithPostgresLedger(t *testing.T) {
 	if err := run(context.Background(), config{redisURL: "redis://" + srv.Addr(), dbURL: url}); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// With -metrics, the run serves its lease metrics over HTTP while it
+// lasts: a scrape at its end counts the story's calls by outcome.
+func TestExampleServesMetrics(t *testing.T) {
+	srv := leasetest.StartRedis(t)
+	var scraped map[string]float64
+	cfg := config{redisURL: "redis://" + srv.Addr(), metrics: "127.0.0.1:0", beforeStop: func(url string) error {
+		resp, err := http.Get(url)
+		if err != nil {
+			return err
+		}
+		defer resp.Body.Close()
+		if ct := resp.Header.Get("Content-Type"); !strings.HasPrefix(ct, "text/plain; version=0.0.4") {
+			return fmt.Errorf("Content-Type %q", ct)
+		}
+		body, err := io.ReadAll(resp.Body)
+		if err != nil {
+			return err
+		}
+		scraped, err = sumSeries(string(body))
+		return err
+	}}
+	if err := run(context.Background(), cfg); err != nil {
+		t.Fatal(err)
+	}
+	for series, want := range map[string]float64{
+		`lease_calls_total{lease_outcome="lost"}`:                 1, // node A
+		`lease_calls_total{lease_outcome="deadline"}`:             1, // the export
+		`lease_calls_total{lease_outcome="skipped"}`:              2, // two settlement nodes
+		`lease_calls_total{lease_outcome="granted"}`:              7, // 5 charges, 1 settlement, node B
+		`lease_calls_total{lease_outcome="unknown"}`:              0,
+		`fence_stale_writes_total{}`:                              1,
+		`lease_active{}`:                                          0,
+		`lease_waiting{}`:                                         0,
+		`lease_releases_total{lease_result="confirmed"}`:          8,
+		`lease_hold_duration_seconds_count{lease_outcome="lost"}`: 1,
+	} {
+		if got, ok := scraped[series]; !ok || got != want {
+			t.Errorf("%s = %v (present: %v), want %v", series, got, ok, want)
+		}
+	}
+}
+
+// sumSeries parses a Prometheus text exposition and sums each metric's
+// samples over lease_name (which the generator sets per function), keyed
+// as name{other labels}.
+func sumSeries(text string) (map[string]float64, error) {
+	sums := map[string]float64{}
+	for _, line := range strings.Split(text, "\n") {
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		i := strings.LastIndexByte(line, ' ')
+		if i < 0 {
+			return nil, fmt.Errorf("malformed sample %q", line)
+		}
+		v, err := strconv.ParseFloat(line[i+1:], 64)
+		if err != nil {
+			return nil, fmt.Errorf("malformed sample %q: %v", line, err)
+		}
+		name, labels, _ := strings.Cut(line[:i], "{")
+		var keep []string
+		for _, l := range strings.Split(strings.TrimSuffix(labels, "}"), ",") {
+			if l != "" && !strings.HasPrefix(l, "lease_name=") {
+				keep = append(keep, l)
+			}
+		}
+		sums[name+"{"+strings.Join(keep, ",")+"}"] += v
+	}
+	return sums, nil
 }
