@@ -251,10 +251,13 @@ func (c *Call) Observe(e lease.Event, now time.Time) Change {
 		c.done = true
 		ch.Done = true
 		if !c.acqEnded {
-			if c.waited {
-				c.endAcquire(&ch, Classify(e.Err), now.Sub(c.start))
-			} else {
+			if e.Reentered {
 				ch.Reentered = true
+			} else {
+				// A call that ended before its acquire said anything: it
+				// waited and was cut off, or never sent (closed Client,
+				// context already done).
+				c.endAcquire(&ch, Classify(e.Err), now.Sub(c.start))
 			}
 		}
 		if c.holding { // no release event: the release found the key not ours

@@ -21,6 +21,7 @@ const (
 	AttrResult  = "lease.result"
 	AttrToken   = "lease.fence.token"
 	AttrKey     = "lease.key"
+	AttrTTL     = "lease.ttl"
 	AttrError   = "error.type"
 )
 

@@ -53,7 +53,8 @@ func (h *textHist) observe(v float64) {
 type textKey struct{}
 
 // StartCall keeps the call's state in its context.
-func (t *Text) StartCall(ctx context.Context, name, key string) context.Context {
+func (t *Text) StartCall(ctx context.Context, key string, spec lease.Spec) context.Context {
+	name := spec.Name
 	t.mu.Lock()
 	t.series(name) // as leaseprom: a name's series exist from its first call
 	t.mu.Unlock()

@@ -90,7 +90,7 @@ func BenchmarkObserverCall(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
 				start := time.Now()
-				ctx := obs.StartCall(context.Background(), "bench.Do", "bench:do")
+				ctx := obs.StartCall(context.Background(), "bench:do", lease.Spec{Name: "bench.Do", TTL: 10 * time.Second, Deadline: time.Minute})
 				e := lease.Event{Ctx: ctx, Name: "bench.Do", Key: "bench:do", Start: start}
 				e.Kind, e.Wait = lease.EventAcquired, 50*time.Microsecond
 				obs.Observe(e)

@@ -62,15 +62,8 @@
 //     (ErrRefused: the server refused the command, e.g. READONLY).
 //   - lease.subscription.failures counts interruptions of the release
 //     notifications, which make waiters fall back to re-checks.
-//   - lease.ttl is not recorded: neither StartCall nor the events carry
-//     the call's Spec.
-//
-// Ordering: the runtime's renewal goroutine cancels the function's context
-// before it reports a failed renewal and the loss, so a function that
-// returns at once can end the call first. The call is then still "lost"
-// (read from Do's error), its span gets the lease.lost event at its end,
-// and the late events count in the metrics; only the lease.renew_failed
-// span event is missing.
+//   - lease.ttl is recorded on the span (seconds, as a float), from the
+//     Spec that StartCall receives.
 //
 // Every counter series of a name is created at zero when the name is first
 // seen, so that rate() and increase() see a first loss.
@@ -254,13 +247,17 @@ type callKey struct{}
 
 // StartCall starts the call's span; the returned context carries it (the
 // protected function's spans become its children) and the call's state.
-func (o *Observer) StartCall(ctx context.Context, name, key string) context.Context {
+func (o *Observer) StartCall(ctx context.Context, key string, spec lease.Spec) context.Context {
+	name := spec.Name
 	n := o.named(name)
 	opts := n.callSpan
 	if o.withKey {
 		opts = []trace.SpanStartOption{internal, trace.WithAttributes(n.attr, attribute.String(leaseobs.AttrKey, key))}
 	}
 	ctx, span := o.tracer.Start(ctx, n.span, opts...)
+	if span.IsRecording() {
+		span.SetAttributes(attribute.Float64(leaseobs.AttrTTL, spec.TTL.Seconds()))
+	}
 	return context.WithValue(ctx, callKey{}, &call{Call: leaseobs.NewCall(name, key), o: o, n: n, span: span})
 }
 

@@ -128,7 +128,8 @@ type call struct {
 }
 
 // StartCall keeps the call's state in its context.
-func (o *Observer) StartCall(ctx context.Context, name, key string) context.Context {
+func (o *Observer) StartCall(ctx context.Context, key string, spec lease.Spec) context.Context {
+	name := spec.Name
 	o.named(name)
 	return context.WithValue(ctx, callKey{}, &call{leaseobs.NewCall(name, key), o})
 }

@@ -61,7 +61,8 @@ type callKey struct{}
 
 // StartCall follows the call, to log its outcome at EventDone, when Debug
 // records are enabled.
-func (o *Observer) StartCall(ctx context.Context, name, key string) context.Context {
+func (o *Observer) StartCall(ctx context.Context, key string, spec lease.Spec) context.Context {
+	name := spec.Name
 	if !o.l.Enabled(ctx, slog.LevelDebug) {
 		return ctx
 	}
