@@ -69,6 +69,9 @@ func (a *call) acquireOnce(ctx context.Context, waitUntil time.Time) (*Lease, ti
 				}
 				return nil, 0, a.refused("acquire", err)
 			case outRefused:
+				if notSent(err) {
+					a.c.reloadTopology() // a Cluster node may have failed
+				}
 				if errSetNXGetUnsupported(err) {
 					a.c.noSetGet.Store(true) // a server before Redis 7.0: scripts only
 					continue
@@ -167,14 +170,18 @@ func (a *call) acquireReplicated(ctx context.Context, keys []string, args []any)
 		if err != nil {
 			return nil, 0, err
 		}
-		eval := pipe.EvalSha(ctx, acquireScript.Hash(), keys, args...)
+		// EVALSHA, and on NOSCRIPT the same by EVAL (as Script.Run does;
+		// no SCRIPT LOAD, which a least-privilege ACL need not allow).
+		var eval *redis.Cmd
+		if try == 0 {
+			eval = pipe.EvalSha(ctx, acquireScript.Hash(), keys, args...)
+		} else {
+			eval = pipe.Eval(ctx, acquireSrc, keys, args...)
+		}
 		wait := pipe.Do(ctx, "WAIT", a.c.replicas, ms(a.c.replicaTimeout))
 		_, _ = pipe.Exec(ctx)
 		if err := eval.Err(); err != nil {
 			if try == 0 && redis.HasErrorPrefix(err, "NOSCRIPT") {
-				if err := acquireScript.Load(ctx, a.c.rdb).Err(); err != nil {
-					return nil, 0, err
-				}
 				continue
 			}
 			return nil, 0, err

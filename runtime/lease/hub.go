@@ -29,6 +29,7 @@ type waitHub struct {
 	c       *Client
 	kick    chan struct{} // wakes the manager
 	closing chan struct{} // closed by close: waiters return ErrClosed
+	probe   string        // this Client's probe channel (see read)
 
 	mu      sync.Mutex
 	chans   map[string]*chanState
@@ -67,17 +68,22 @@ type waiter struct {
 	wake    chan struct{} // buffered(1): a pending notification
 }
 
-// pingEvery is how long the reader waits for traffic before it pings the
-// subscription connection; a ping unanswered for as long again marks it
-// dead and it is replaced.
-const pingEvery = 2 * time.Second
+// probeEvery is how often the reader checks the subscription end to end:
+// it publishes on its probe channel through the Client's command path and
+// expects the message back on the subscription. A probe not back within
+// probeEvery marks the subscription dead and it is replaced; on a
+// standalone or Sentinel deployment, a probe that reached no subscriber
+// does so at once (the subscription sits on another node than the one
+// commands go to, such as a demoted primary after a failover).
+const probeEvery = time.Second
 
 // idleUnsubscribe is how long a channel stays subscribed without waiters,
 // so that a busy key is not subscribed and unsubscribed for every wait.
 const idleUnsubscribe = time.Second
 
 func newWaitHub(c *Client) *waitHub {
-	return &waitHub{c: c, kick: make(chan struct{}, 1), closing: make(chan struct{}), chans: map[string]*chanState{}}
+	return &waitHub{c: c, kick: make(chan struct{}, 1), closing: make(chan struct{}), chans: map[string]*chanState{},
+		probe: c.prefix + "{probe}:" + newID()}
 }
 
 // join registers a waiter with identity id on channel. It never blocks on
@@ -306,6 +312,7 @@ func (h *waitHub) manage() {
 			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 			if ps == nil {
 				ps = h.c.rdb.Subscribe(ctx)
+				sub = append(sub, h.probe)
 				dead = make(chan struct{})
 				go h.read(ps, dead)
 			}
@@ -344,14 +351,14 @@ func (h *waitHub) manage() {
 const readSlice = 400 * time.Millisecond
 
 // read receives on ps until it is closed or found dead: confirmations and
-// release notifications wake waiters; a connection silent for pingEvery is
-// pinged, and one still silent pingEvery later is reported dead to the
-// manager.
+// release notifications wake waiters, and every probeEvery a probe checks
+// that the subscription still hears what commands publish (see probeEvery).
 func (h *waitHub) read(ps *redis.PubSub, dead chan struct{}) {
 	defer close(dead)
 	closing := ctxOf(h.closing)
-	var pinged time.Time // when a ping was sent and not yet answered
-	lastHeard := time.Now()
+	_, cluster := h.c.rdb.(*redis.ClusterClient)
+	var probed time.Time // when the outstanding probe was sent (zero: none)
+	nextProbe := time.Now().Add(probeEvery)
 	for {
 		ctx, cancel := context.WithTimeout(closing, readSlice)
 		msg, err := ps.ReceiveTimeout(ctx, readSlice)
@@ -362,57 +369,63 @@ func (h *waitHub) read(ps *redis.PubSub, dead chan struct{}) {
 		default:
 		}
 		if err != nil {
-			if errors.Is(err, redis.ErrClosed) {
-				return
-			}
 			var rerr redis.Error
-			if errors.As(err, &rerr) {
+			var ne net.Error
+			switch {
+			case errors.Is(err, redis.ErrClosed):
+				return
+			case errors.As(err, &rerr):
 				// The server answered: the connection is alive. A refused
 				// SUBSCRIBE (an ACL without the channel or the command) means
-				// no notifications: waiters re-check. A refused PING is fine.
-				lastHeard, pinged = time.Now(), time.Time{}
+				// no notifications: waiters re-check.
 				if m := strings.ToLower(err.Error()); strings.Contains(m, "subscribe") || strings.Contains(m, "channel") {
 					h.failed(err)
 				}
-				continue
-			}
-			var ne net.Error
-			if errors.As(err, &ne) && ne.Timeout() {
-				switch silent := time.Since(lastHeard); {
-				case !pinged.IsZero() && time.Since(pinged) >= pingEvery:
-					h.failed(fmt.Errorf("subscription connection silent for %v: %w", silent.Round(time.Millisecond), err))
+			case errors.As(err, &ne) && ne.Timeout():
+			default:
+				// A broken connection: go-redis dials again (and
+				// re-subscribes) on the next receive.
+				h.failed(err)
+				if !sleepCtx(closing, 50*time.Millisecond) {
 					return
-				case pinged.IsZero() && silent >= pingEvery:
-					pctx, pcancel := context.WithTimeout(closing, readSlice)
-					perr := ps.Ping(pctx)
-					pcancel()
-					if perr != nil {
-						h.failed(perr)
-						return
-					}
-					pinged = time.Now()
 				}
-				continue
 			}
-			// A broken connection: go-redis dials again (and
-			// re-subscribes) on the next receive.
-			h.failed(err)
-			if !sleepCtx(closing, 50*time.Millisecond) {
-				return
+		} else {
+			switch m := msg.(type) {
+			case *redis.Subscription:
+				if m.Kind == "subscribe" {
+					h.healthy()
+					h.confirmed(m.Channel)
+				}
+			case *redis.Message:
+				if m.Channel == h.probe {
+					probed = time.Time{}
+					h.healthy()
+				} else {
+					h.notify(m.Channel, m.Payload)
+				}
 			}
-			continue
 		}
-		lastHeard, pinged = time.Now(), time.Time{}
-		switch m := msg.(type) {
-		case *redis.Subscription:
-			if m.Kind == "subscribe" {
-				h.healthy()
-				h.confirmed(m.Channel)
+		now := time.Now()
+		if !probed.IsZero() && now.Sub(probed) >= probeEvery {
+			h.failed(fmt.Errorf("lease: the subscription did not receive its probe within %v", probeEvery))
+			return
+		}
+		if probed.IsZero() && !now.Before(nextProbe) {
+			nextProbe = now.Add(probeEvery)
+			pctx, pcancel := context.WithTimeout(closing, readSlice)
+			n, perr := h.c.rdb.Publish(pctx, h.probe, "p").Result()
+			pcancel()
+			switch {
+			case perr != nil:
+				// The command path fails too: a server problem, not the
+				// subscription's; waiters see it in their own calls.
+			case n == 0 && !cluster:
+				h.failed(errors.New("lease: the subscription is not on the node commands go to (a failover?)"))
+				return
+			default:
+				probed = now
 			}
-		case *redis.Message:
-			h.notify(m.Channel, m.Payload)
-		case *redis.Pong:
-			h.healthy()
 		}
 	}
 }

@@ -210,6 +210,12 @@ func (rn *renewer) renew(ctx context.Context, f *flight, batch []*renewal) {
 	sent := time.Now()
 	results, errs := rn.send(ctx, batch)
 	took := time.Since(sent)
+	for _, err := range errs {
+		if err != nil && classify(err) != outRefused || notSent(err) {
+			rn.c.reloadTopology() // a Cluster node may have failed or a slot moved
+			break
+		}
+	}
 
 	var events []func()
 	var requeue []*renewal
@@ -321,27 +327,35 @@ func (rn *renewer) send(ctx context.Context, batch []*renewal) ([]int64, []error
 }
 
 func (rn *renewer) sendCluster(ctx context.Context, batch []*renewal, results []int64, errs []error) {
-	for try := 0; ; try++ {
+	// EVALSHA first; on NOSCRIPT (a restarted or flushed node) the same
+	// renewals again by EVAL, as Script.Run does (no SCRIPT LOAD, which a
+	// least-privilege ACL need not allow).
+	for _, eval := range []bool{false, true} {
 		pipe := rn.c.rdb.Pipeline()
 		cmds := make([]*redis.Cmd, len(batch))
 		for i, r := range batch {
-			cmds[i] = pipe.EvalSha(ctx, renewScript.Hash(), []string{r.a.k.lock}, r.a.id, ms(r.a.spec.TTL))
+			if eval && !(errs[i] != nil && redis.HasErrorPrefix(errs[i], "NOSCRIPT")) {
+				continue
+			}
+			keys, args := []string{r.a.k.lock}, []any{r.a.id, ms(r.a.spec.TTL)}
+			if eval {
+				cmds[i] = pipe.Eval(ctx, renewSrc, keys, args...)
+			} else {
+				cmds[i] = pipe.EvalSha(ctx, renewScript.Hash(), keys, args...)
+			}
 		}
 		_, _ = pipe.Exec(ctx)
 		noscript := false
 		for i, c := range cmds {
+			if c == nil {
+				continue
+			}
 			results[i], errs[i] = c.Int64()
 			if errs[i] != nil && redis.HasErrorPrefix(errs[i], "NOSCRIPT") {
 				noscript = true
 			}
 		}
-		if !noscript || try > 0 {
-			return
-		}
-		if err := renewScript.Load(ctx, rn.c.rdb).Err(); err != nil {
-			for i := range errs {
-				errs[i] = err
-			}
+		if !noscript {
 			return
 		}
 	}
