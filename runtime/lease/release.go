@@ -49,8 +49,11 @@ func (a *call) release(ctx context.Context, hold time.Duration) released {
 		a.observe(Event{Kind: EventReleased, Took: took, Held: held})
 	case !a.entered.IsZero():
 		what := "the key no longer held this lease"
-		if res < 0 {
+		switch res {
+		case -1:
 			what = "the key was held by another owner"
+		case -3:
+			what = "the lease had been released from outside (ForceRelease)"
 		}
 		a.observe(Event{Kind: EventReleaseUnconfirmed, Took: took, Held: held, Err: fmt.Errorf("lease: release of key %q: %s", a.key, what)})
 	}
@@ -60,13 +63,27 @@ func (a *call) release(ctx context.Context, hold time.Duration) released {
 // sendRelease runs the release script for this attempt's identity (and
 // queue entry, if it waited).
 func (a *call) sendRelease(ctx context.Context, hold time.Duration) (int64, error) {
+	return a.c.releaseAs(ctx, a.k, a.id, a.member, hold, "1")
+}
+
+// releaseAs runs the release script for identity id: the holder's own
+// release (tomb "1") or one forced from outside (tomb "x").
+func (c *Client) releaseAs(ctx context.Context, k keys, id, member string, hold time.Duration, tomb string) (int64, error) {
 	holdMS := int64(0)
 	if hold > 0 {
 		holdMS = ms(hold)
 	}
-	k := a.k
-	return releaseScript.Run(ctx, a.c.rdb, []string{k.lock, k.channel, k.tomb + a.id, k.fence, k.queue, k.qexp},
-		a.id, holdMS, "PUBLISH", ms(a.c.tombTTL()), ms(a.c.counterTTL), a.member).Int64()
+	return releaseScript.Run(ctx, c.rdb, []string{k.lock, k.channel, k.tomb + id, k.fence, k.queue, k.qexp},
+		id, holdMS, "PUBLISH", ms(c.tombTTL()), ms(c.counterTTL), member, tomb).Int64()
+}
+
+// forcedFromOutside reports whether identity id's lease was released by
+// ForceRelease (its tombstone says so), to name the cause of a loss.
+func (c *Client) forcedFromOutside(ctx context.Context, k keys, id string) bool {
+	ctx, cancel := context.WithTimeout(ctx, c.releaseTimeout)
+	defer cancel()
+	v, err := c.rdb.Get(ctx, k.tomb+id).Result()
+	return err == nil && v == "x"
 }
 
 // giveUp takes a call that stops waiting out of the key's queue, and passes

@@ -14,14 +14,18 @@
 -- tag)
 -- ARGV[1] identity, ARGV[2] hold ms, ARGV[3] publish command,
 -- ARGV[4] tombstone ttl ms, ARGV[5] counter ttl ms, ARGV[6] the caller's
--- queue member ("" if it never queued)
+-- queue member ("" if it never queued), ARGV[7] the tombstone's value: "1"
+-- for the holder's own release, "x" for a release forced from outside
+-- (Client.ForceRelease: the holder then learns it lost the lease)
 -- Returns 1 released (or handed over, or a replay of either), 2 hold set,
--- 0 not held (expired or deleted from outside), -1 held by another.
+-- 0 not held (expired or deleted from outside), -1 held by another, -3
+-- released from outside (ForceRelease) before this call.
 if ARGV[6] ~= '' then
   redis.call('ZREM', KEYS[5], ARGV[6])
   redis.call('HDEL', KEYS[6], ARGV[6])
 end
 local done = redis.call('GET', KEYS[3])
+if done == 'x' and ARGV[7] ~= 'x' then return -3 end
 if done == 'h' then return 2 end
 if done then return 1 end
 local v = redis.call('GET', KEYS[1])
@@ -35,7 +39,7 @@ if hold > 0 then
   redis.call(ARGV[3], KEYS[2], 'h')
   return 2
 end
-redis.call('SET', KEYS[3], '1', 'PX', ARGV[4])
+redis.call('SET', KEYS[3], ARGV[7], 'PX', ARGV[4])
 if redis.call('EXISTS', KEYS[5]) == 1 then
   local t = redis.call('TIME')
   local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)

@@ -217,6 +217,14 @@ func (rn *renewer) renew(ctx context.Context, f *flight, batch []*renewal) {
 		}
 	}
 
+	// A lease found not ours: was it released from outside (ForceRelease)?
+	// Asked before any lock is taken; only on this rare path.
+	forced := make([]bool, len(batch))
+	for i, r := range batch {
+		if errs[i] == nil && results[i] == 0 && !r.stopped.Load() {
+			forced[i] = rn.c.forcedFromOutside(context.Background(), r.a.k, r.a.id)
+		}
+	}
 	var events []func()
 	var requeue []*renewal
 	for i, r := range batch {
@@ -248,8 +256,11 @@ func (rn *renewer) renew(ctx context.Context, f *flight, batch []*renewal) {
 			requeue = append(requeue, r)
 		default:
 			what := "the key no longer holds this lease (it expired, was deleted from outside, or was taken)"
-			if res == -2 {
+			switch {
+			case res == -2:
 				what = "the key holds a value of another type (overwritten from outside)"
+			case forced[i]:
+				what = "the lease was released from outside (ForceRelease, e.g. leasectl release)"
 			}
 			cause := fmt.Errorf("%w: key %q: renewal refused: %s", ErrLost, a.key, what)
 			// Marked lost under r.mu (Do cannot return meanwhile without

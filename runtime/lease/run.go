@@ -38,13 +38,16 @@ func (a *call) run(ctx context.Context, l *Lease, fn func(context.Context) error
 		l.mu.Unlock()
 		r := a.release(ctx, hold)
 		l.ended.Store(true)
-		if r.err == nil && r.res <= 0 && !r.at.After(validAtReturn) {
+		if r.err == nil && (r.res == -3 || r.res <= 0 && !r.at.After(validAtReturn)) {
 			// Answered within our validity: the key was not ours while we
 			// were entitled to it (deleted from outside, or a failover that
-			// lost it, then possibly taken).
+			// lost it, then possibly taken). A forced release always is.
 			what := "the key no longer held this lease (deleted from outside, or lost in a failover)"
-			if r.res < 0 {
+			switch r.res {
+			case -1:
 				what = "the key was held by another owner"
+			case -3:
+				what = "the lease was released from outside (ForceRelease, e.g. leasectl release)"
 			}
 			l.lose(fmt.Errorf("%w: key %q: at release, %s", ErrLost, a.key, what))
 		}
