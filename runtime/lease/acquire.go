@@ -39,8 +39,8 @@ func (a *call) acquireOnce(ctx context.Context, waitUntil time.Time) (*Lease, ti
 			err     error
 		)
 		switch {
-		case waitUntil.IsZero() && !a.spec.Fence && a.c.replicas == 0 && !a.c.noSetGet.Load():
-			granted, pttl, err = a.setNXGet(actx)
+		case waitUntil.IsZero() && !a.spec.Fence && a.c.replicas == 0:
+			granted, pttl, err = a.setNX(actx)
 		case a.c.replicas > 0:
 			var vals []any
 			keys, args := a.acquireArgs(sent, waitUntil)
@@ -72,10 +72,6 @@ func (a *call) acquireOnce(ctx context.Context, waitUntil time.Time) (*Lease, ti
 				if notSent(err) {
 					a.c.reloadTopology() // a Cluster node may have failed
 				}
-				if errSetNXGetUnsupported(err) {
-					a.c.noSetGet.Store(true) // a server before Redis 7.0: scripts only
-					continue
-				}
 				return nil, 0, a.refused("acquire", err)
 			}
 			return nil, 0, a.unknown(ctx, err)
@@ -95,10 +91,9 @@ func (a *call) acquireOnce(ctx context.Context, waitUntil time.Time) (*Lease, ti
 			a.observe(Event{Kind: EventUnreplicated, Err: e})
 			return nil, 0, fmt.Errorf("%w%s", e, a.releaseUnused(ctx))
 		}
-		l := &Lease{
-			c: a.c, a: a, key: a.key, owner: a.id, token: tok, fenced: a.spec.Fence,
-			validUntil: validUntil, lost: make(chan struct{}),
-		}
+		l := &a.lease // one allocation with the call
+		l.c, l.a, l.key, l.owner, l.token, l.fenced = a.c, a, a.key, a.id, tok, a.spec.Fence
+		l.validUntil, l.lost = validUntil, make(chan struct{})
 		l.parent, _ = FromContext(ctx)
 		a.observe(Event{Kind: EventAcquired, Wait: time.Since(a.start)})
 		return l, 0, nil
@@ -123,31 +118,42 @@ func (a *call) acquireArgs(now, waitUntil time.Time) ([]string, []any) {
 			a.member = a.id + "|" + strconv.FormatInt(ms(a.spec.TTL), 10) + "|" + fence + "|" + strconv.FormatInt(ms(claim), 10)
 		}
 	}
+	var memberArg any = ""
+	if a.member != "" {
+		memberArg = a.member
+	}
 	k := a.k
 	return []string{k.lock, k.fence, k.queue, k.qexp},
-		[]any{a.id, ms(a.spec.TTL), fence, ms(a.c.counterTTL), life, a.member}
+		[]any{a.id, ms(a.spec.TTL), fence, a.c.counterTTLArg, life, memberArg}
 }
 
-// setNXGet is the acquire of an unfenced lease that will not wait: a native
-// SET NX GET, which a replay after a lost reply also answers correctly (it
-// reads back this attempt's own identity). No queue is involved: a free
-// key means no one waits, because a release hands a key with waiters to
-// the first of them.
-func (a *call) setNXGet(ctx context.Context) (granted bool, pttl time.Duration, err error) {
-	v, err := a.c.rdb.SetArgs(ctx, a.k.lock, a.id+":0", redis.SetArgs{Mode: "NX", Get: true, TTL: a.spec.TTL}).Result()
-	switch {
-	case err == redis.Nil:
-		return true, 0, nil
-	case err != nil:
+// setNX is the acquire of an unfenced lease that will not wait: a native
+// SET NX PX, as a plain lock takes it. No queue is involved: a free key
+// means no one waits, because a release hands a key with waiters to the
+// first of them. When the key is taken, one more round trip (GET and PTTL,
+// pipelined) tells a replay of this attempt's own grant after a lost reply
+// (the key holds its identity) from a real holder, and gives the holder's
+// remaining time.
+func (a *call) setNX(ctx context.Context) (granted bool, pttl time.Duration, err error) {
+	own := a.idValue // identity + ":0"
+	ok, err := a.c.rdb.SetNX(ctx, a.k.lock, own, a.spec.TTL).Result()
+	if err != nil || ok {
+		return ok, 0, err
+	}
+	pipe := a.c.rdb.Pipeline()
+	get := pipe.Get(ctx, a.k.lock)
+	ttl := pipe.PTTL(ctx, a.k.lock)
+	if _, err := pipe.Exec(ctx); err != nil && err != redis.Nil {
 		return false, 0, err
-	case v == a.id+":0":
+	}
+	if v, _ := get.Result(); v == own {
 		return true, 0, nil // our own grant, read back by a replay
 	}
-	return false, -1, nil
-}
-
-func errSetNXGetUnsupported(err error) bool {
-	return redis.HasErrorPrefix(err, "ERR syntax error") || redis.HasErrorPrefix(err, "ERR wrong number of arguments")
+	pttl = -1
+	if d, err := ttl.Result(); err == nil && d >= 0 {
+		pttl = d
+	}
+	return false, pttl, nil
 }
 
 // sleepCtx sleeps for d unless ctx ends first; it reports whether it slept.

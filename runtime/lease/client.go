@@ -16,19 +16,22 @@ import (
 type Client struct {
 	rdb redis.UniversalClient // the user's client; every command goes through it
 
-	prefix         string
-	obs            Observer
-	callObs        CallObserver // obs, when it wants to hear of each call's start
-	replicas       int
-	replicaTimeout time.Duration
-	releaseTimeout time.Duration
-	counterTTL     time.Duration
-	recheck        time.Duration
+	prefix  string
+	obs     Observer
+	callObs CallObserver // obs, when it wants to hear of each call's start
+	quiet   bool         // no observer: events are not even built
 
-	hub      *waitHub
-	renew    *renewer
-	closed   atomic.Bool
-	noSetGet atomic.Bool // the server refused SET NX GET (before Redis 7.0): scripts only
+	// Script arguments that are the same for every call, boxed once.
+	tombTTLArg, counterTTLArg any
+	replicas                  int
+	replicaTimeout            time.Duration
+	releaseTimeout            time.Duration
+	counterTTL                time.Duration
+	recheck                   time.Duration
+
+	hub    *waitHub
+	renew  *renewer
+	closed atomic.Bool
 }
 
 // Option configures a Client.
@@ -167,6 +170,8 @@ func New(rdb redis.UniversalClient, opts ...Option) (*Client, error) {
 		return nil, fmt.Errorf("lease: unsupported client %T: need a *redis.Client or *redis.ClusterClient (the runtime must know that context deadlines reach socket reads)", rdb)
 	}
 	c.callObs, _ = c.obs.(CallObserver)
+	_, c.quiet = c.obs.(nopObserver)
+	c.tombTTLArg, c.counterTTLArg = ms(c.tombTTL()), ms(c.counterTTL)
 	c.hub = newWaitHub(c)
 	c.renew = newRenewer(c)
 	return c, nil

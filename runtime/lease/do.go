@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 )
 
@@ -103,16 +104,25 @@ type call struct {
 	spec    Spec
 	id      string    // this attempt's identity
 	member  string    // its entry in the key's queue, once it waited
+	tomb    string    // its release tombstone key
 	start   time.Time // the call's start (monotonic)
 	end     time.Time // start+Deadline, or ctx's deadline if earlier
 	reserve time.Duration
+	idValue string    // id + ":0": the lock's value for an unfenced grant
 	sent    time.Time // when the granting acquire was sent
 	entered time.Time // when fn was entered (zero if it was not)
 	waiting bool      // EventWaiting was reported
 	token   Token
+
+	// Allocated with the call: the lease it grants and its watcher.
+	lease Lease
+	w     watcher
 }
 
 func (a *call) observe(e Event) {
+	if a.c.quiet {
+		return
+	}
 	e.Ctx, e.Name, e.Key, e.Start, e.At = a.ctx, a.spec.Name, a.key, a.start, time.Now()
 	if e.Token == 0 {
 		e.Token = a.token
@@ -124,6 +134,23 @@ func newID() string {
 	var b [16]byte
 	_, _ = rand.Read(b[:]) // never fails (crypto/rand)
 	return hex.EncodeToString(b[:])
+}
+
+// newAttempt gives the call a new identity, and its unfenced lock value
+// and tombstone key, in one allocation.
+func (a *call) newAttempt() {
+	var raw [16]byte
+	_, _ = rand.Read(raw[:]) // never fails (crypto/rand)
+	var b strings.Builder
+	b.Grow(32 + 2 + len(a.k.tomb) + 32)
+	var h [32]byte
+	hex.Encode(h[:], raw[:])
+	b.Write(h[:])
+	b.WriteString(":0")
+	b.WriteString(a.k.tomb)
+	b.Write(h[:])
+	s := b.String()
+	a.id, a.idValue, a.tomb = s[:32], s[:34], s[34:]
 }
 
 func ms(d time.Duration) int64 { return max(int64(d/time.Millisecond), 1) }

@@ -57,21 +57,41 @@ type keys struct {
 // '{' and '}'. The mapping is injective and no user key can produce another
 // lease's fence counter or channel.
 func redisKeys(prefix, key string) keys {
-	var b strings.Builder
-	b.Grow(len(prefix) + len(key) + 8)
-	b.WriteString(prefix)
-	b.WriteByte('{')
+	// One allocation for all six keys: they are substrings of one string.
+	n := len(prefix) + len(key) + 2
 	for i := 0; i < len(key); i++ {
-		switch c := key[i]; c {
+		switch key[i] {
 		case '%', '{', '}':
-			b.WriteByte('%')
-			b.WriteByte(hexDigits[c>>4])
-			b.WriteByte(hexDigits[c&15])
-		default:
-			b.WriteByte(c)
+			n += 2
 		}
 	}
-	b.WriteByte('}')
-	base := b.String()
-	return keys{lock: base + ":l", fence: base + ":f", channel: base + ":c", tomb: base + ":r:", queue: base + ":q", qexp: base + ":x"}
+	var b strings.Builder
+	b.Grow(6*n + len(":l:f:c:r::q:x"))
+	var ends [6]int
+	for i, suffix := range [...]string{":l", ":f", ":c", ":r:", ":q", ":x"} {
+		b.WriteString(prefix)
+		b.WriteByte('{')
+		for j := 0; j < len(key); j++ {
+			switch c := key[j]; c {
+			case '%', '{', '}':
+				b.WriteByte('%')
+				b.WriteByte(hexDigits[c>>4])
+				b.WriteByte(hexDigits[c&15])
+			default:
+				b.WriteByte(c)
+			}
+		}
+		b.WriteByte('}')
+		b.WriteString(suffix)
+		ends[i] = b.Len()
+	}
+	all := b.String()
+	part := func(i int) string {
+		from := 0
+		if i > 0 {
+			from = ends[i-1]
+		}
+		return all[from:ends[i]]
+	}
+	return keys{lock: part(0), fence: part(1), channel: part(2), tomb: part(3), queue: part(4), qexp: part(5)}
 }

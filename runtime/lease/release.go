@@ -63,19 +63,35 @@ func (a *call) release(ctx context.Context, hold time.Duration) released {
 // sendRelease runs the release script for this attempt's identity (and
 // queue entry, if it waited).
 func (a *call) sendRelease(ctx context.Context, hold time.Duration) (int64, error) {
-	return a.c.releaseAs(ctx, a.k, a.id, a.member, hold, "1")
+	return a.c.releaseWith(ctx, a.k, a.tomb, a.id, a.member, hold, "1")
 }
 
 // releaseAs runs the release script for identity id: the holder's own
 // release (tomb "1") or one forced from outside (tomb "x").
 func (c *Client) releaseAs(ctx context.Context, k keys, id, member string, hold time.Duration, tomb string) (int64, error) {
-	holdMS := int64(0)
-	if hold > 0 {
-		holdMS = ms(hold)
-	}
-	return releaseScript.Run(ctx, c.rdb, []string{k.lock, k.channel, k.tomb + id, k.fence, k.queue, k.qexp},
-		id, holdMS, "PUBLISH", ms(c.tombTTL()), ms(c.counterTTL), member, tomb).Int64()
+	return c.releaseWith(ctx, k, k.tomb+id, id, member, hold, tomb)
 }
+
+// releaseWith is releaseAs with the tombstone key already built.
+func (c *Client) releaseWith(ctx context.Context, k keys, tombKey, id, member string, hold time.Duration, tomb string) (int64, error) {
+	var holdArg any = 0
+	if hold > 0 {
+		holdArg = ms(hold)
+	}
+	var memberArg any = ""
+	if member != "" {
+		memberArg = member
+	}
+	tombArg := tombOwn
+	if tomb != "1" {
+		tombArg = tombForced
+	}
+	return releaseScript.Run(ctx, c.rdb, []string{k.lock, k.channel, tombKey, k.fence, k.queue, k.qexp},
+		id, holdArg, "PUBLISH", c.tombTTLArg, c.counterTTLArg, memberArg, tombArg).Int64()
+}
+
+// Tombstone values, boxed once.
+var tombOwn, tombForced any = "1", "x"
 
 // forcedFromOutside reports whether identity id's lease was released by
 // ForceRelease (its tombstone says so), to name the cause of a loss.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 )
 
@@ -80,33 +81,60 @@ func (a *call) lossCause(l *Lease, what string) error {
 	return fmt.Errorf("%w: key %q: %s", ErrLost, a.key, what)
 }
 
-// watcher watches one lease while fn runs: the validity timer cancels fn's
-// context at valid-until, whatever renewal is doing, so loss cancels fn at
-// once rather than at the next renewal; the Client's renewer extends it.
+// watcher watches one lease while fn runs, with one timer: it first fires
+// when the first renewal is due and hands the lease to the Client's
+// renewer (a call shorter than TTL/3 never touches the renewer), then at
+// valid-until, where it cancels fn's context whatever renewal is doing, so
+// loss cancels fn at once rather than at the next renewal.
 type watcher struct {
-	r      *renewal
-	expiry *time.Timer
+	a     *call
+	l     *Lease
+	r     renewal
+	timer *time.Timer
+
+	mu         sync.Mutex // orders fire's registration against stop
+	registered bool
+	stopped    bool
 }
 
 func (a *call) watch(l *Lease) *watcher {
-	w := &watcher{}
-	w.expiry = time.AfterFunc(time.Until(l.valid()), func() {
-		if l.isLost() || !l.inCall.Load() {
-			return
-		}
-		if left := time.Until(l.valid()); left > 0 {
-			w.expiry.Reset(left) // renewed meanwhile
-			return
-		}
-		l.lose(a.lossCause(l, "its validity ran out before a renewal was confirmed"))
-	})
 	interval := a.spec.TTL / 3
-	w.r = &renewal{a: a, l: l, interval: interval, next: a.sent.Add(interval), index: -1}
-	a.c.renew.add(w.r)
+	w := &a.w // allocated with the call
+	w.a, w.l = a, l
+	w.r = renewal{a: a, l: l, interval: interval, next: a.sent.Add(interval), index: -1}
+	w.timer = time.AfterFunc(time.Until(w.r.next), w.fire)
 	return w
 }
 
+func (w *watcher) fire() {
+	l := w.l
+	if l.isLost() || !l.inCall.Load() {
+		return
+	}
+	w.mu.Lock()
+	if w.stopped {
+		w.mu.Unlock()
+		return
+	}
+	if !w.registered {
+		w.registered = true
+		w.a.c.renew.add(&w.r)
+	}
+	w.mu.Unlock()
+	if left := time.Until(l.valid()); left > 0 {
+		w.timer.Reset(left) // renewed meanwhile, or the first renewal just queued
+		return
+	}
+	l.lose(w.a.lossCause(l, "its validity ran out before a renewal was confirmed"))
+}
+
 func (w *watcher) stop() {
-	w.r.a.c.renew.remove(w.r)
-	w.expiry.Stop()
+	w.mu.Lock()
+	w.stopped = true
+	registered := w.registered
+	w.mu.Unlock()
+	if registered {
+		w.a.c.renew.remove(&w.r)
+	}
+	w.timer.Stop()
 }

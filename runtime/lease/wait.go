@@ -15,7 +15,7 @@ import (
 // the release its reserve); the last try is made at that moment, so a lease
 // freed without notification near the end of the wait is still taken.
 func (a *call) obtain(ctx context.Context) (*Lease, error) {
-	a.id = newID()
+	a.newAttempt()
 	var waitUntil time.Time
 	capped := false
 	if a.spec.Wait > 0 {
