@@ -38,6 +38,7 @@ var (
 	many    = flag.Int("leases", 10000, "many-leases: leases held at once on one Client")
 	svgOut  = flag.String("svg", "handoff.svg", "where to write the contended handoff-gap chart (empty: none)")
 	genN    = flag.Int("genfuncs", 1000, "generator: annotated functions in the synthetic package (0: skip)")
+	only    = flag.String("run", "1,2,2b,3,4", "scenarios to run, comma-separated")
 	repo    = flag.String("repo", "../..", "generator: path of the leasegen repository")
 )
 
@@ -75,16 +76,44 @@ func run() error {
 		newRedsync(rdb),
 		bsmLocker{redislock.New(rdb)},
 	}
-	if err := uncontended(rdb, libs); err != nil {
-		return err
+	want := map[string]bool{}
+	for _, s := range strings.Split(*only, ",") {
+		want[strings.TrimSpace(s)] = true
 	}
-	if err := contended(rdb, libs); err != nil {
-		return err
+	if want["1"] {
+		if err := uncontended(rdb, libs); err != nil {
+			return err
+		}
 	}
-	if err := manyLeases(rdb, lc); err != nil {
-		return err
+	if want["2"] {
+		if err := contended(rdb, libs); err != nil {
+			return err
+		}
 	}
-	if *genN > 0 {
+	kinds := []kind{
+		{"raw SET NX + EVALSHA DEL (poll 2ms)", func(r *redis.Client) (locker, func()) { return raw{r}, func() {} }},
+		{"leasegen lease.Do", func(r *redis.Client) (locker, func()) {
+			c, _ := lease.New(r)
+			return leasegenDo{c: c}, func() { c.Close() }
+		}},
+		{"leasegen lease.Do (fence)", func(r *redis.Client) (locker, func()) {
+			c, _ := lease.New(r)
+			return leasegenDo{c: c, fence: true}, func() { c.Close() }
+		}},
+		{"go-redsync/redsync v4 (retry 2ms)", func(r *redis.Client) (locker, func()) { return newRedsync(r), func() {} }},
+		{"bsm/redislock (LinearBackoff 2ms)", func(r *redis.Client) (locker, func()) { return bsmLocker{redislock.New(r)}, func() {} }},
+	}
+	if want["2b"] {
+		if err := contendedProcesses(srv.Addr(), kinds); err != nil {
+			return err
+		}
+	}
+	if want["3"] {
+		if err := manyLeases(rdb, lc); err != nil {
+			return err
+		}
+	}
+	if want["4"] && *genN > 0 {
 		if err := generator(*repo, *genN); err != nil {
 			return err
 		}

@@ -141,6 +141,89 @@ func contended(rdb *redis.Client, libs []locker) error {
 	return nil
 }
 
+// kind builds one library's locker on a go-redis client of its own, as a
+// separate process would have.
+type kind struct {
+	name string
+	make func(rdb *redis.Client) (locker, func())
+}
+
+// 2b. Contended across processes: as 2, but every worker has its own
+// go-redis client and its own library instance (its own lease.Client), as
+// separate processes would. The in-process queue of a shared Client cannot
+// help here; fairness and wake-ups must work across clients.
+func contendedProcesses(addr string, kinds []kind) error {
+	fmt.Printf("## 2b. Contended across processes: %d workers × %d loops × %v hold on one key, one client per worker\n\n", *workers, *loops, *hold)
+	fmt.Println("| library | wall | wall / raw | handoffs to another worker | max wait | commands/lock | p99 wait |")
+	fmt.Println("|---|---|---|---|---|---|---|")
+	var rawWall time.Duration
+	for i, k := range kinds {
+		key := fmt.Sprintf("p:%d", i)
+		lockers := make([]locker, *workers)
+		var closers []func()
+		for w := range lockers {
+			rdb := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true, PoolSize: 4})
+			rdb.AddHook(sent)
+			l, closeFn := k.make(rdb)
+			lockers[w] = l
+			closers = append(closers, func() { closeFn(); rdb.Close() })
+		}
+		var mu sync.Mutex
+		var gs []grant
+		var firstErr error
+		t0 := sent.n.Load()
+		start := time.Now()
+		var wg sync.WaitGroup
+		for w := range *workers {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for range *loops {
+					g := grant{worker: w, asked: time.Now()}
+					err := lockers[w].with(context.Background(), key, 10*time.Second, 30*time.Second, func() {
+						g.got = time.Now()
+						time.Sleep(*hold)
+						g.rel = time.Now()
+					})
+					mu.Lock()
+					if err != nil && firstErr == nil {
+						firstErr = fmt.Errorf("%s: %w", k.name, err)
+					}
+					gs = append(gs, g)
+					mu.Unlock()
+				}
+			}()
+		}
+		wg.Wait()
+		wall := time.Since(start)
+		cmds := sent.n.Load() - t0
+		for _, c := range closers {
+			c()
+		}
+		if firstErr != nil {
+			return firstErr
+		}
+		if i == 0 {
+			rawWall = wall
+		}
+		sort.Slice(gs, func(a, b int) bool { return gs[a].got.Before(gs[b].got) })
+		changed := 0
+		var waits []time.Duration
+		for j, g := range gs {
+			waits = append(waits, g.got.Sub(g.asked))
+			if j > 0 && g.worker != gs[j-1].worker {
+				changed++
+			}
+		}
+		n := len(gs)
+		fmt.Printf("| %s | %v | %.2f× | %.0f%% | %v | %.2f | %v |\n", k.name, wall.Round(time.Millisecond), float64(wall)/float64(rawWall),
+			100*float64(changed)/float64(n-1), percentile(waits, 1).Round(time.Millisecond), float64(cmds)/float64(n),
+			percentile(waits, 0.99).Round(time.Millisecond))
+	}
+	fmt.Println()
+	return nil
+}
+
 // 3. Many held leases: renewal cost.
 func manyLeases(rdb *redis.Client, lc *lease.Client) error {
 	const ttl = 3 * time.Second
