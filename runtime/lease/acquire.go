@@ -95,6 +95,7 @@ func (a *call) acquireOnce(ctx context.Context, waitUntil time.Time) (*Lease, ti
 		l.c, l.a, l.key, l.owner, l.token, l.fenced = a.c, a, a.key, a.id, tok, a.spec.Fence
 		l.validUntil, l.lost = validUntil, make(chan struct{})
 		l.parent, _ = FromContext(ctx)
+		l.cur.Store(a)
 		a.observe(Event{Kind: EventAcquired, Wait: time.Since(a.start)})
 		return l, 0, nil
 	}
@@ -124,7 +125,7 @@ func (a *call) acquireArgs(now, waitUntil time.Time) ([]string, []any) {
 	}
 	k := a.k
 	return []string{k.lock, k.fence, k.queue, k.qexp},
-		[]any{a.id, ms(a.spec.TTL), fence, a.c.counterTTLArg, life, memberArg}
+		[]any{a.id, ms(a.spec.TTL), fence, a.c.counterTTLArg, life, memberArg, k.channel}
 }
 
 // setNX is the acquire of an unfenced lease that will not wait: a native

@@ -5,7 +5,9 @@
 -- arrival), KEYS[4] queue expiries (hash: member -> ms) (same hash tag)
 -- ARGV[1] identity, ARGV[2] ttl ms, ARGV[3] "1" to mint a fencing token,
 -- ARGV[4] counter ttl ms, ARGV[5] queue entry lifetime ms (0: not
--- waiting), ARGV[6] queue member (identity|ttl|fence|claim ms)
+-- waiting), ARGV[6] queue member (identity|ttl|fence|claim ms), ARGV[7]
+-- the key's release channel: a new waiter publishes "w" on it, so that a
+-- Client keeping the lease between calls (Spec.Keep) releases it
 -- Returns {1, token, ttl} on a grant, {0, "0", pttl} when busy.
 -- Replaying the same call (a client retry after a lost reply) answers the
 -- same grant again: the identity is compared, not just the key's existence.
@@ -23,7 +25,9 @@ if v then
   if life > 0 then
     local t = redis.call('TIME')
     local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-    redis.call('ZADD', KEYS[3], 'NX', tonumber(t[1]) * 1000000 + tonumber(t[2]), ARGV[6])
+    if redis.call('ZADD', KEYS[3], 'NX', tonumber(t[1]) * 1000000 + tonumber(t[2]), ARGV[6]) == 1 then
+      redis.pcall('PUBLISH', ARGV[7], 'w') -- best effort (an ACL may refuse it)
+    end
     redis.call('HSET', KEYS[4], ARGV[6], now + life)
     for i = 3, 4 do
       if redis.call('PTTL', KEYS[i]) < life then redis.call('PEXPIRE', KEYS[i], life) end

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -16,22 +17,26 @@ import (
 type Client struct {
 	rdb redis.UniversalClient // the user's client; every command goes through it
 
-	prefix  string
-	obs     Observer
-	callObs CallObserver // obs, when it wants to hear of each call's start
-	quiet   bool         // no observer: events are not even built
+	prefix         string
+	obs            Observer
+	callObs        CallObserver // obs, when it wants to hear of each call's start
+	quiet          bool         // no observer: events are not even built
+	replicas       int
+	replicaTimeout time.Duration
+	releaseTimeout time.Duration
+	counterTTL     time.Duration
+	recheck        time.Duration
 
 	// Script arguments that are the same for every call, boxed once.
 	tombTTLArg, counterTTLArg any
-	replicas                  int
-	replicaTimeout            time.Duration
-	releaseTimeout            time.Duration
-	counterTTL                time.Duration
-	recheck                   time.Duration
 
 	hub    *waitHub
 	renew  *renewer
 	closed atomic.Bool
+
+	keptMu        sync.Mutex
+	kept          map[string]*kept  // user key -> a lease kept between calls (Spec.Keep)
+	keptByChannel map[string]string // release channel -> user key of a kept lease
 }
 
 // Option configures a Client.
@@ -172,6 +177,7 @@ func New(rdb redis.UniversalClient, opts ...Option) (*Client, error) {
 	c.callObs, _ = c.obs.(CallObserver)
 	_, c.quiet = c.obs.(nopObserver)
 	c.tombTTLArg, c.counterTTLArg = ms(c.tombTTL()), ms(c.counterTTL)
+	c.kept, c.keptByChannel = map[string]*kept{}, map[string]string{}
 	c.hub = newWaitHub(c)
 	c.renew = newRenewer(c)
 	return c, nil
@@ -179,14 +185,16 @@ func New(rdb redis.UniversalClient, opts ...Option) (*Client, error) {
 
 // Close stops the Client: later calls return ErrClosed, calls waiting for a
 // lease return ErrClosed at once, and the shared subscription is closed.
-// Calls already running their function keep their leases (renewed) until
-// they return and release them, so close the go-redis client only after
-// they have. Close does not wait and may be called from an Observer.
+// Kept leases (Spec.Keep) are released in the background. Calls already
+// running their function keep their leases (renewed) until they return and
+// release them, so close the go-redis client only after they have. Close
+// does not wait and may be called from an Observer.
 func (c *Client) Close() error {
 	if c == nil || !c.closed.CompareAndSwap(false, true) {
 		return nil
 	}
 	c.hub.close()
+	c.releaseAllKept()
 	return nil
 }
 

@@ -76,10 +76,19 @@ func (c *Client) Do(ctx context.Context, key string, spec Spec, fn func(ctx cont
 	if ctx.Err() != nil {
 		return finish(a.notStarted(ctx))
 	}
-	a.k = redisKeys(c.prefix, key)
 	// The release's share of the budget: of the real budget (a caller's
 	// deadline may be shorter than Spec.Deadline).
 	a.reserve = min(c.releaseTimeout, a.end.Sub(a.start)/10)
+	if l := c.takeKept(key, spec); l != nil {
+		// A lease this Client kept from an earlier call: no round trip.
+		k := l.a
+		a.k, a.id, a.idValue, a.tomb, a.token, a.sent = k.k, k.id, k.idValue, k.tomb, l.token, time.Now()
+		l.parent, _ = FromContext(ctx)
+		l.cur.Store(a)
+		a.observe(Event{Kind: EventAcquired, Kept: true, Wait: time.Since(a.start)})
+		return finish(a.run(ctx, l, fn))
+	}
+	a.k = redisKeys(c.prefix, key)
 
 	l, err := a.obtain(ctx)
 	if err == nil {
@@ -198,7 +207,8 @@ func (a *call) reenter(ctx context.Context, l *Lease, fn func(context.Context) e
 	// ctx may not be cancelled when l ends (a goroutine's context derived
 	// with context.WithoutCancel): follow l's own context.
 	ictx, cancel := context.WithCancelCause(ctx)
-	stop := context.AfterFunc(l.ctx, func() { cancel(context.Cause(l.ctx)) })
+	lctx := l.callCtx()
+	stop := context.AfterFunc(lctx, func() { cancel(context.Cause(lctx)) })
 	fctx, cancelDeadline := context.WithDeadlineCause(ictx, a.end, ErrDeadline)
 	defer func() {
 		stop()

@@ -43,6 +43,7 @@ type chanState struct {
 	asked     bool      // SUBSCRIBE sent on the current connection
 	live      time.Time // when the subscription was confirmed (zero: not live)
 	waiters   []*waiter
+	keepers   int         // kept leases of this Client on the channel's key (they hear "w")
 	idleSince time.Time   // when the last waiter left (zero: has waiters)
 	recent    []recentMsg // messages naming a waiter not registered (yet)
 }
@@ -124,6 +125,35 @@ func (h *waitHub) join(channel, id string, sent time.Time) *waiter {
 	return w
 }
 
+// keeper registers (+1) or unregisters (-1) a kept lease on channel: the
+// channel stays subscribed while it has keepers, so that a waiter's "w"
+// reaches the Client.
+func (h *waitHub) keeper(channel string, delta int) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.closed {
+		return
+	}
+	cs := h.chans[channel]
+	if cs == nil {
+		if delta < 0 {
+			return
+		}
+		cs = &chanState{}
+		h.chans[channel] = cs
+	}
+	cs.keepers += delta
+	if cs.keepers > 0 {
+		cs.idleSince = time.Time{}
+		if !cs.asked {
+			h.poke()
+		}
+	} else if len(cs.waiters) == 0 {
+		cs.idleSince = time.Now()
+		h.poke()
+	}
+}
+
 // poke wakes the manager (h.mu held).
 func (h *waitHub) poke() {
 	select {
@@ -151,7 +181,7 @@ func (h *waitHub) leave(w *waiter) {
 	if i := slices.Index(cs.waiters, w); i >= 0 {
 		cs.waiters = slices.Delete(cs.waiters, i, i+1)
 	}
-	if len(cs.waiters) == 0 {
+	if len(cs.waiters) == 0 && cs.keepers == 0 {
 		cs.idleSince = time.Now()
 		h.poke()
 	}
@@ -197,14 +227,21 @@ func (h *waitHub) notify(channel, payload string) {
 // confirmed marks channel's subscription live and wakes all its waiters to
 // look again: a release may have been published before it took effect.
 func (h *waitHub) confirmed(channel string) {
+	keepers := false
 	h.mu.Lock()
 	if cs := h.chans[channel]; cs != nil {
 		cs.live = time.Now()
 		for _, w := range cs.waiters {
 			signal(w)
 		}
+		keepers = cs.keepers > 0
 	}
 	h.mu.Unlock()
+	if keepers {
+		// A waiter's "w" may have been published before this: look at the
+		// queue once (not on the reader goroutine: it is I/O).
+		go h.c.checkKeptWaiters(channel)
+	}
 }
 
 // failed records a subscription failure: every channel must be confirmed
@@ -285,13 +322,13 @@ func (h *waitHub) manage() {
 			case ps == nil:
 				// A new connection subscribes every channel with waiters;
 				// idle ones are forgotten.
-				if len(cs.waiters) == 0 {
+				if len(cs.waiters) == 0 && cs.keepers == 0 {
 					delete(h.chans, ch)
 					continue
 				}
 				cs.asked, cs.live = true, time.Time{}
 				sub = append(sub, ch)
-			case len(cs.waiters) > 0:
+			case len(cs.waiters) > 0 || cs.keepers > 0:
 				if !cs.asked {
 					cs.asked = true
 					sub = append(sub, ch)
@@ -398,10 +435,13 @@ func (h *waitHub) read(ps *redis.PubSub, dead chan struct{}) {
 					h.confirmed(m.Channel)
 				}
 			case *redis.Message:
-				if m.Channel == h.probe {
+				switch {
+				case m.Channel == h.probe:
 					probed = time.Time{}
 					h.healthy()
-				} else {
+				case m.Payload == "w":
+					h.c.wanted(m.Channel) // a waiter elsewhere: a kept lease is released
+				default:
 					h.notify(m.Channel, m.Payload)
 				}
 			}

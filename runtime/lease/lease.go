@@ -143,7 +143,8 @@ type Token uint64
 // FromContext.
 type Lease struct {
 	c      *Client
-	a      *call // the call that acquired it (events)
+	a      *call                // the call that acquired it (its identity, keys, TTL)
+	cur    atomic.Pointer[call] // the call using it now, or last (events)
 	key    string
 	owner  string // the grant's identity
 	token  Token
@@ -153,8 +154,12 @@ type Lease struct {
 	// inCall is true while the acquiring call's function runs: only then
 	// may a nested call on the same key reuse this lease.
 	inCall atomic.Bool
-	// ended is set once the call has released the lease.
+	// ended is set once the lease has been released.
 	ended atomic.Bool
+	// kept is set while the Client keeps the lease between calls
+	// (Spec.Keep); w is its watcher, which outlives the acquiring call.
+	kept atomic.Bool
+	w    *watcher
 	// ctx is the function's context without the lease value: done when the
 	// lease is lost, the budget ends or the call returns. cancel ends it
 	// with a cause.
@@ -169,6 +174,10 @@ type Lease struct {
 	lost       chan struct{}
 	lostOnce   sync.Once
 }
+
+// observe reports e as an event of the call using the lease (or the last
+// one, for a kept lease between calls).
+func (l *Lease) observe(e Event) { l.cur.Load().observe(e) }
 
 // Key returns the key passed to Do.
 func (l *Lease) Key() string { return l.key }
@@ -186,7 +195,7 @@ func (l *Lease) Owner() string { return l.owner }
 // rejected a write made under this lease (EventStaleWriteRejected).
 // runtime/fence calls it; other resources can too.
 func (l *Lease) ReportStaleWrite(err error) {
-	l.a.observe(Event{Kind: EventStaleWriteRejected, Token: l.token, Err: err})
+	l.observe(Event{Kind: EventStaleWriteRejected, Token: l.token, Err: err})
 }
 
 // Remaining returns how long the lease is known to be valid, by this
@@ -257,8 +266,35 @@ func (l *Lease) holdTo(t time.Time) {
 // call's EventDone; the observer is called without any lock held.
 func (l *Lease) lose(cause error) {
 	if l.markLost(cause) {
-		l.a.observe(Event{Kind: EventLost, Err: cause})
-		l.cancel(cause)
+		l.observe(Event{Kind: EventLost, Err: cause})
+		l.cancelCall(cause)
+		if l.kept.Load() {
+			l.c.dropKept(l)
+		}
+	}
+}
+
+// setCall records the context of the call now using the lease (and its
+// cancellation), under l.mu: a kept lease passes from call to call while
+// its timer and renewals may read them.
+func (l *Lease) setCall(ctx context.Context, cancel context.CancelCauseFunc) {
+	l.mu.Lock()
+	l.ctx, l.cancel = ctx, cancel
+	l.mu.Unlock()
+}
+
+func (l *Lease) callCtx() context.Context {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.ctx
+}
+
+func (l *Lease) cancelCall(cause error) {
+	l.mu.Lock()
+	cancel := l.cancel
+	l.mu.Unlock()
+	if cancel != nil {
+		cancel(cause)
 	}
 }
 

@@ -85,7 +85,10 @@ type Event struct {
 	// Reentered is set on the EventDone of a nested call that reused its
 	// caller's lease (no acquire, no release of its own).
 	Reentered bool
-	Err       error // the uncertain or failing outcome, when there is one
+	// Kept is set on EventAcquired when the call took a lease the Client
+	// kept from an earlier call (Spec.Keep): no round trip, same token.
+	Kept bool
+	Err  error // the uncertain or failing outcome, when there is one
 }
 
 // Observer receives lease events. Observe is called synchronously on the

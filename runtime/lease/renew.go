@@ -48,10 +48,11 @@ type renewer struct {
 
 // renewal is one held lease's renewal state.
 type renewal struct {
-	a        *call
+	a        *call // the acquiring call: identity, keys, TTL
 	l        *Lease
 	interval time.Duration
 	next     time.Time // renewer's mu while queued or in flight
+	end      time.Time // no renewal from then on (renewer's mu): the deadline of the call using the lease, or the end of its keep
 	index    int       // in the queue; -1 when not queued (renewer's mu)
 	flight   *flight   // the batch this renewal is in flight with (renewer's mu)
 
@@ -91,6 +92,13 @@ func (rn *renewer) add(r *renewal) {
 		default:
 		}
 	}
+}
+
+// setEnd moves the time from which r is no longer renewed.
+func (rn *renewer) setEnd(r *renewal, end time.Time) {
+	rn.mu.Lock()
+	r.end = end
+	rn.mu.Unlock()
 }
 
 // remove stops r's renewals. A batch already sent may still reach Redis:
@@ -155,7 +163,7 @@ func (rn *renewer) loop() {
 		for len(rn.q) > 0 && rn.q[0].next.Before(now.Add(batchWindow)) {
 			r := heap.Pop(&rn.q).(*renewal)
 			v := r.l.valid()
-			if !now.Before(r.a.end) || !now.Before(v) || r.l.isLost() {
+			if !now.Before(r.end) || !now.Before(v) || r.l.isLost() {
 				// Past the total deadline, or the lease already ended:
 				// its validity timer reports the loss.
 				continue
@@ -174,7 +182,7 @@ func (rn *renewer) loop() {
 			var interval time.Duration
 			for i, d := range chunk {
 				rs[i] = d.r
-				dl = maxTime(dl, minTime(d.valid, d.r.a.end))
+				dl = maxTime(dl, minTime(d.valid, d.r.end))
 				interval = max(interval, d.r.interval)
 			}
 			// Stop waiting just before the last lease of the batch ends, so
@@ -234,8 +242,8 @@ func (rn *renewer) renew(ctx context.Context, f *flight, batch []*renewal) {
 			r.mu.Unlock()
 			continue
 		}
-		a, l := r.a, r.l
-		ttl := a.spec.TTL
+		a, l := r.l.cur.Load(), r.l
+		ttl := r.a.spec.TTL
 		switch {
 		case err != nil:
 			class := ErrUnknown
@@ -270,7 +278,7 @@ func (rn *renewer) renew(ctx context.Context, f *flight, batch []*renewal) {
 				events = append(events, func() {
 					a.observe(Event{Kind: EventRenewFailed, Took: took, Err: cause})
 					a.observe(Event{Kind: EventLost, Err: cause})
-					l.cancel(cause)
+					l.cancelCall(cause)
 				})
 			}
 		}
@@ -284,7 +292,7 @@ func (rn *renewer) renew(ctx context.Context, f *flight, batch []*renewal) {
 	}
 	first := false
 	for _, r := range requeue {
-		if !r.stopped.Load() && r.next.Before(r.a.end) {
+		if !r.stopped.Load() && r.next.Before(r.end) {
 			heap.Push(&rn.q, r)
 			first = first || (!rn.until.IsZero() && r.next.Before(rn.until))
 		}

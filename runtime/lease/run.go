@@ -14,10 +14,17 @@ import (
 func (a *call) run(ctx context.Context, l *Lease, fn func(context.Context) error) (err error) {
 	lctx, cancelLost := context.WithCancelCause(ctx)
 	dctx, cancelDeadline := context.WithDeadlineCause(lctx, a.end.Add(-a.reserve), ErrDeadline)
-	l.ctx, l.cancel = dctx, cancelLost
-	l.holdUntil = a.sent.Add(a.spec.HoldMin)
+	l.setCall(dctx, cancelLost)
+	l.cur.Store(a)
+	l.holdTo(a.sent.Add(a.spec.HoldMin))
 	fctx := context.WithValue(dctx, ctxKey{}, l)
-	w := a.watch(l)
+	w := l.w
+	if w == nil {
+		w = a.watch(l)
+		l.w = w
+	} else {
+		a.c.renew.setEnd(&w.r, a.end) // a kept lease: renewed until this call's deadline
+	}
 	l.inCall.Store(true)
 
 	returned := false
@@ -30,9 +37,12 @@ func (a *call) run(ctx context.Context, l *Lease, fn func(context.Context) error
 			l.lose(a.lossCause(l, "the function returned after the lease's validity ended"))
 		}
 		deadlineHit := dctx.Err() != nil && errors.Is(context.Cause(dctx), ErrDeadline)
-		w.stop()
 		cancelLost(errEnded) // first: dctx and nested calls inherit this cause
 		cancelDeadline()
+		if returned && !l.isLost() && a.c.keep(l, a) {
+			return // kept (Spec.Keep): renewed, released later or reused
+		}
+		w.stop()
 
 		l.mu.Lock()
 		hold := time.Until(l.holdUntil)
@@ -101,14 +111,14 @@ func (a *call) watch(l *Lease) *watcher {
 	interval := a.spec.TTL / 3
 	w := &a.w // allocated with the call
 	w.a, w.l = a, l
-	w.r = renewal{a: a, l: l, interval: interval, next: a.sent.Add(interval), index: -1}
+	w.r = renewal{a: a, l: l, interval: interval, next: a.sent.Add(interval), index: -1, end: a.end}
 	w.timer = time.AfterFunc(time.Until(w.r.next), w.fire)
 	return w
 }
 
 func (w *watcher) fire() {
 	l := w.l
-	if l.isLost() || !l.inCall.Load() {
+	if l.isLost() || !l.inCall.Load() && !l.kept.Load() {
 		return
 	}
 	w.mu.Lock()
@@ -125,7 +135,7 @@ func (w *watcher) fire() {
 		w.timer.Reset(left) // renewed meanwhile, or the first renewal just queued
 		return
 	}
-	l.lose(w.a.lossCause(l, "its validity ran out before a renewal was confirmed"))
+	l.lose(l.cur.Load().lossCause(l, "its validity ran out before a renewal was confirmed"))
 }
 
 func (w *watcher) stop() {

@@ -46,6 +46,12 @@ type Spec struct {
 	Busy BusyPolicy
 	// Fence mints a fencing token for each grant (see TokenFrom).
 	Fence bool
+	// Keep keeps the lease after fn returns, renewed, for up to this long:
+	// the next call on the key in the same Client enters at once, with the
+	// same fencing token, if the lease has MinValidity left. A waiter in
+	// another process makes the Client release it as soon as no call uses
+	// it. 0: release when fn returns.
+	Keep time.Duration
 	// Name is a low-cardinality name for the protected operation, carried
 	// by every Event (metric labels, span names). The generator sets the
 	// target's qualified name, such as "orders.(*Server).chargeOrder".
@@ -76,7 +82,7 @@ func (s Spec) normalize() (Spec, error) {
 	for _, d := range []struct {
 		name string
 		v    time.Duration
-	}{{"TTL", s.TTL}, {"Deadline", s.Deadline}, {"Wait", s.Wait}, {"MinValidity", s.MinValidity}, {"HoldMin", s.HoldMin}} {
+	}{{"TTL", s.TTL}, {"Deadline", s.Deadline}, {"Wait", s.Wait}, {"MinValidity", s.MinValidity}, {"HoldMin", s.HoldMin}, {"Keep", s.Keep}} {
 		if d.v < 0 {
 			return s, fmt.Errorf("lease: Spec.%s is negative (%v)", d.name, d.v)
 		}

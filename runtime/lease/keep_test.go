@@ -1,0 +1,263 @@
+package lease_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/leasegen/leasegen/runtime/lease"
+)
+
+// kept is a spec that keeps its lease for a while after each call.
+func keptSpec(keep time.Duration) lease.Spec {
+	return lease.Spec{TTL: time.Second, Deadline: 5 * time.Second, Keep: keep, Fence: true}
+}
+
+// A kept lease is entered again without a round trip, with the same token,
+// and released when the keep runs out unused.
+func TestKeptLeaseIsReusedThenReleased(t *testing.T) {
+	rdb := shared.Client(t)
+	hook := &countHook{}
+	rdb.AddHook(hook)
+	c, rec := newClient(t, rdb)
+	key := uniqueKey(t)
+	s := keptSpec(300 * time.Millisecond)
+	var tokens []lease.Token
+	for i := range 5 {
+		before := hook.n.Load()
+		err := c.Do(context.Background(), key, s, func(ctx context.Context) error {
+			tok, _ := lease.TokenFrom(ctx)
+			tokens = append(tokens, tok)
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if sent := hook.n.Load() - before; i > 0 && sent != 0 {
+			t.Fatalf("call %d on a kept lease sent %d commands", i, sent)
+		}
+	}
+	for _, tok := range tokens[1:] {
+		if tok != tokens[0] || tok == 0 {
+			t.Fatalf("tokens %v: a kept lease keeps its token", tokens)
+		}
+	}
+	kept := 0
+	for _, e := range rec.Events() {
+		if e.Kind == lease.EventAcquired && e.Kept {
+			kept++
+		}
+	}
+	if kept != 4 {
+		t.Fatalf("%d calls took the kept lease, want 4", kept)
+	}
+	if n, _ := rdb.Exists(context.Background(), lockKey(key)).Result(); n != 1 {
+		t.Fatal("the kept lease is not held between calls")
+	}
+	deadline := time.Now().Add(2 * time.Second)
+	for {
+		n, _ := rdb.Exists(context.Background(), lockKey(key)).Result()
+		if n == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the kept lease was not released when its keep ran out")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// Kept longer than its TTL: renewals keep it valid between calls.
+func TestKeptLeaseIsRenewedBetweenCalls(t *testing.T) {
+	c, rec := sharedClient(t)
+	key := uniqueKey(t)
+	s := lease.Spec{TTL: 300 * time.Millisecond, Deadline: 5 * time.Second, Keep: 2 * time.Second}
+	for range 2 {
+		if err := c.Do(context.Background(), key, s, func(context.Context) error { return nil }); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(700 * time.Millisecond) // more than two TTLs
+	}
+	if n := rec.Count(lease.EventAcquired); n != 2 {
+		t.Fatalf("acquired %d times", n)
+	}
+	kept := 0
+	for _, e := range rec.Events() {
+		if e.Kind == lease.EventAcquired && e.Kept {
+			kept++
+		}
+	}
+	if kept != 1 || rec.Count(lease.EventRenewed) == 0 {
+		t.Fatalf("kept reuses %d, renewals %d: the lease should have been renewed between calls and reused", kept, rec.Count(lease.EventRenewed))
+	}
+}
+
+// A waiter in another process gets a kept lease within a few round trips
+// when no call uses it, and right after the call when one does.
+func TestKeptLeaseIsReleasedToAWaiter(t *testing.T) {
+	keeper, _ := sharedClient(t)
+	other, _ := sharedClient(t, lease.WithRecheck(10*time.Second)) // notifications only
+	key := uniqueKey(t)
+	s := keptSpec(30 * time.Second)
+	if err := keeper.Do(context.Background(), key, s, func(context.Context) error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	wait := lease.Spec{TTL: time.Second, Deadline: 5 * time.Second, Wait: 3 * time.Second}
+	if err := other.Do(context.Background(), key, wait, func(context.Context) error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	idle := time.Since(start)
+
+	// Now the keeper is in a call when the waiter arrives.
+	if err := keeper.Do(context.Background(), key, s, func(context.Context) error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	inCall := make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		done <- keeper.Do(context.Background(), key, s, func(context.Context) error {
+			close(inCall)
+			time.Sleep(100 * time.Millisecond)
+			return nil
+		})
+	}()
+	<-inCall
+	start = time.Now()
+	if err := other.Do(context.Background(), key, wait, func(context.Context) error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	busy := time.Since(start)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("waiter got the kept lease after %v (idle keeper), %v (keeper in a 100ms call)", idle.Round(time.Millisecond), busy.Round(time.Millisecond))
+	if idle > 100*time.Millisecond {
+		t.Errorf("a waiter waited %v for an idle kept lease", idle)
+	}
+	if busy > 100*time.Millisecond+100*time.Millisecond {
+		t.Errorf("a waiter waited %v for a kept lease in a 100ms call", busy)
+	}
+}
+
+// A kept lease that is lost is forgotten: the next call acquires afresh
+// (here: busy, another owner took the key).
+func TestKeptLeaseLostIsForgotten(t *testing.T) {
+	c, rec := sharedClient(t)
+	rdb := shared.Client(t)
+	key := uniqueKey(t)
+	s := lease.Spec{TTL: 300 * time.Millisecond, Deadline: 5 * time.Second, Keep: 10 * time.Second}
+	if err := c.Do(context.Background(), key, s, func(context.Context) error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	rdb.Set(context.Background(), lockKey(key), "other-owner:0", 5*time.Second)
+	deadline := time.Now().Add(2 * time.Second)
+	for rec.Count(lease.EventLost) == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the kept lease's loss was not noticed")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	err := c.Do(context.Background(), key, s, func(context.Context) error {
+		t.Error("entered a lost kept lease")
+		return nil
+	})
+	mustIs(t, err, lease.ErrBusy)
+}
+
+// Close releases kept leases.
+func TestCloseReleasesKeptLeases(t *testing.T) {
+	c, _ := sharedClient(t)
+	rdb := shared.Client(t)
+	key := uniqueKey(t)
+	if err := c.Do(context.Background(), key, keptSpec(30*time.Second), func(context.Context) error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	c.Close()
+	deadline := time.Now().Add(time.Second)
+	for {
+		n, _ := rdb.Exists(context.Background(), lockKey(key)).Result()
+		if n == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("Close did not release the kept lease")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// A call whose spec the kept lease does not suit (it wants fencing, the
+// kept lease has none) releases it and acquires afresh.
+func TestKeptLeaseMustSuitTheCall(t *testing.T) {
+	c, rec := sharedClient(t)
+	key := uniqueKey(t)
+	unfenced := lease.Spec{TTL: time.Second, Deadline: 5 * time.Second, Keep: 10 * time.Second}
+	if err := c.Do(context.Background(), key, unfenced, func(context.Context) error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	fenced := unfenced
+	fenced.Fence = true
+	err := c.Do(context.Background(), key, fenced, func(ctx context.Context) error {
+		if tok, ok := lease.TokenFrom(ctx); !ok || tok == 0 {
+			t.Error("a fenced call got no token")
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range rec.Events() {
+		if e.Kind == lease.EventAcquired && e.Kept {
+			t.Fatal("the unfenced kept lease was reused by a fenced call")
+		}
+	}
+}
+
+// Calls of one Client on a kept key, concurrently: one uses the kept lease,
+// the others wait in the queue; everyone runs, never two at once.
+func TestKeptLeaseConcurrentCallsOfOneClient(t *testing.T) {
+	c, _ := sharedClient(t)
+	key := uniqueKey(t)
+	s := lease.Spec{TTL: time.Second, Deadline: 10 * time.Second, Wait: 8 * time.Second, Keep: time.Second}
+	var mu sync.Mutex
+	inside, maxInside, runs := 0, 0, 0
+	var wg sync.WaitGroup
+	var firstErr error
+	for range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range 10 {
+				err := c.Do(context.Background(), key, s, func(context.Context) error {
+					mu.Lock()
+					inside++
+					runs++
+					maxInside = max(maxInside, inside)
+					mu.Unlock()
+					time.Sleep(time.Millisecond)
+					mu.Lock()
+					inside--
+					mu.Unlock()
+					return nil
+				})
+				if err != nil {
+					mu.Lock()
+					if firstErr == nil {
+						firstErr = err
+					}
+					mu.Unlock()
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if firstErr != nil && !errors.Is(firstErr, lease.ErrBusy) {
+		t.Fatal(firstErr)
+	}
+	if maxInside != 1 || runs < 30 {
+		t.Fatalf("max %d calls inside at once, %d runs", maxInside, runs)
+	}
+}
