@@ -36,6 +36,20 @@ func BenchmarkDo(b *testing.B) {
 	}
 }
 
+// BenchmarkDoKept is a loop of calls on one key whose lease the Client
+// keeps between them (Spec.Keep): after the first, no round trip.
+func BenchmarkDoKept(b *testing.B) {
+	c, _ := benchClient(b)
+	s := lease.Spec{TTL: 10 * time.Second, Deadline: time.Minute, Keep: time.Second, Fence: true}
+	ctx := context.Background()
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := c.Do(ctx, "bench:kept", s, nop); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
 // BenchmarkDoFenced adds fencing-token minting to BenchmarkDo.
 func BenchmarkDoFenced(b *testing.B) {
 	c, _ := benchClient(b)

@@ -47,7 +47,7 @@ func (h *soakHolder) client() *lease.Client {
 
 // 16. A randomized soak of everything at once: 4 holders (separate Clients
 // and connections, as separate processes), two keys, mixed TTLs on one
-// Client (12ms to 900ms), hold-min, reentrant calls with nested specs
+// Client (12ms to 900ms), hold-min, kept leases, reentrant calls with nested specs
 // (short deadlines, high min-validity, fence mismatch, hold-min, nested
 // calls from goroutines that outlive the outer call), Close during work,
 // under blackholes, delays, cut replies and server pauses. Invariants:
@@ -186,6 +186,11 @@ func TestFault16MixedSoak(t *testing.T) {
 					if rand.IntN(5) == 0 {
 						s.HoldMin = time.Duration(rand.IntN(100)) * time.Millisecond
 					}
+					if rand.IntN(3) == 0 {
+						// Kept after the call: the next call in this Client
+						// may reuse it; others make the keeper release it.
+						s.Keep = time.Duration(50+rand.IntN(300)) * time.Millisecond
+					}
 					c := h.client()
 					var iv interval
 					entered, stale := false, false
@@ -315,6 +320,6 @@ func TestFault16MixedSoak(t *testing.T) {
 	})
 	slices.Sort(summary)
 	t.Logf("soak %v: %d calls, %d entered, %d faults, %d Client closes; %v", *soak, calls.Load(), len(intervals), faults.Load(), closes.Load(), summary)
-	table(t, fmt.Sprintf("mixed soak (%d holders × 2 callers, 2 keys, TTL 12–900ms, hold-min, nested specs, Close during work, %v, %d faults)", holders, *soak, faults.Load()),
+	table(t, fmt.Sprintf("mixed soak (%d holders × 2 callers, 2 keys, TTL 12–900ms, hold-min, kept leases, nested specs, Close during work, %v, %d faults)", holders, *soak, faults.Load()),
 		"no work on refused outcomes; no overlap on a key unless reported lost; stale writes only under lost leases", int(calls.Load()), int(violations.Load()))
 }
