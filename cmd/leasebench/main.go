@@ -38,7 +38,7 @@ var (
 	many    = flag.Int("leases", 10000, "many-leases: leases held at once on one Client")
 	svgOut  = flag.String("svg", "handoff.svg", "where to write the contended handoff-gap chart (empty: none)")
 	genN    = flag.Int("genfuncs", 1000, "generator: annotated functions in the synthetic package (0: skip)")
-	only    = flag.String("run", "1,2,2b,3,4", "scenarios to run, comma-separated")
+	only    = flag.String("run", "1,2,2b,3,4,5", "scenarios to run, comma-separated")
 	repo    = flag.String("repo", "../..", "generator: path of the leasegen repository")
 )
 
@@ -110,6 +110,11 @@ func run() error {
 	}
 	if want["3"] {
 		if err := manyLeases(rdb, lc); err != nil {
+			return err
+		}
+	}
+	if want["5"] {
+		if err := keptLeases(srv.Addr()); err != nil {
 			return err
 		}
 	}
