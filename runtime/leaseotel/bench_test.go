@@ -71,8 +71,11 @@ func BenchmarkDo(b *testing.B) {
 // BenchmarkDo/observer=none it is the overhead on Do, free of the
 // network's noise.
 func BenchmarkObserverCall(b *testing.B) {
-	for _, sampled := range []bool{true, false} {
-		b.Run(fmt.Sprintf("sampled=%v", sampled), func(b *testing.B) {
+	for _, v := range []struct {
+		sampled, phaseSpans bool
+	}{{true, false}, {true, true}, {false, false}} {
+		sampled := v.sampled
+		b.Run(fmt.Sprintf("sampled=%v/phasespans=%v", sampled, v.phaseSpans), func(b *testing.B) {
 			sampler := sdktrace.AlwaysSample()
 			if !sampled {
 				sampler = sdktrace.NeverSample()
@@ -83,7 +86,11 @@ func BenchmarkObserverCall(b *testing.B) {
 				_ = tp.Shutdown(context.Background())
 				_ = mp.Shutdown(context.Background())
 			})
-			obs, err := leaseotel.New(leaseotel.WithTracerProvider(tp), leaseotel.WithMeterProvider(mp))
+			opts := []leaseotel.Option{leaseotel.WithTracerProvider(tp), leaseotel.WithMeterProvider(mp)}
+			if v.phaseSpans {
+				opts = append(opts, leaseotel.WithPhaseSpans())
+			}
+			obs, err := leaseotel.New(opts...)
 			if err != nil {
 				b.Fatal(err)
 			}

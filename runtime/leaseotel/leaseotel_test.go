@@ -49,7 +49,7 @@ func newHarness(t *testing.T, rdb *redis.Client, opts ...leaseotel.Option) *harn
 		_ = h.tp.Shutdown(context.Background())
 		_ = mp.Shutdown(context.Background())
 	})
-	obs, err := leaseotel.New(append([]leaseotel.Option{leaseotel.WithTracerProvider(h.tp), leaseotel.WithMeterProvider(mp)}, opts...)...)
+	obs, err := leaseotel.New(append([]leaseotel.Option{leaseotel.WithTracerProvider(h.tp), leaseotel.WithMeterProvider(mp), leaseotel.WithPhaseSpans()}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
