@@ -191,7 +191,7 @@ func (c *Client) List(ctx context.Context, pattern, cursor string) (page []Info,
 		}
 		var user []string
 		for _, rk := range keys {
-			if k, ok := c.userKey(rk); ok {
+			if k, ok := c.userKey(rk, ":l"); ok {
 				user = append(user, k)
 			}
 		}
@@ -294,14 +294,15 @@ func (c *Client) lockPattern(pattern string) string {
 
 var keyEscaper = strings.NewReplacer("%", "%25", "{", "%7B", "}", "%7D")
 
-// userKey maps a lock key back to the user's key; ok is false for a key
-// the runtime would not have written.
-func (c *Client) userKey(lock string) (string, bool) {
-	s, ok := strings.CutPrefix(lock, c.prefix+"{")
+// userKey maps the name of one of a lease's keys (the lock, suffix ":l";
+// the channel, ":c") back to the user's key; ok is false for a name the
+// runtime would not have made.
+func (c *Client) userKey(name, suffix string) (string, bool) {
+	s, ok := strings.CutPrefix(name, c.prefix+"{")
 	if !ok {
 		return "", false
 	}
-	if s, ok = strings.CutSuffix(s, "}:l"); !ok || strings.ContainsAny(s, "{}") {
+	if s, ok = strings.CutSuffix(s, "}"+suffix); !ok || strings.ContainsAny(s, "{}") {
 		return "", false
 	}
 	var b strings.Builder
