@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -266,6 +267,27 @@ var scriptCmds = map[string]func(ts *testscript.TestScript, neg bool, args []str
 			cmd = append(cmd, r)
 		}
 		ts.Check(getHolders(ts).targets[""].Do(context.Background(), cmd...).Err())
+	},
+	// acl-readme NAME PASSWORD adds the README's ACL user for operators
+	// (the line "ACL SETUSER leasectl on >secret RULES") as NAME.
+	"acl-readme": func(ts *testscript.TestScript, neg bool, args []string) {
+		if len(args) != 2 {
+			ts.Fatalf("usage: acl-readme NAME PASSWORD")
+		}
+		b, err := os.ReadFile(filepath.Join("..", "..", "README.md"))
+		ts.Check(err)
+		const prefix = "ACL SETUSER leasectl on >secret "
+		for _, line := range strings.Split(string(b), "\n") {
+			if rules, ok := strings.CutPrefix(strings.TrimSpace(line), prefix); ok {
+				cmd := []any{"ACL", "SETUSER", args[0], "on", ">" + args[1]}
+				for _, r := range strings.Fields(rules) {
+					cmd = append(cmd, r)
+				}
+				ts.Check(getHolders(ts).targets[""].Do(context.Background(), cmd...).Err())
+				return
+			}
+		}
+		ts.Fatalf("README.md has no line starting %q", prefix)
 	},
 	// sleep D pauses the script.
 	"sleep": func(ts *testscript.TestScript, neg bool, args []string) {

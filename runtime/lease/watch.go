@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"strings"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // ChangeKind is what Watch saw happen to a lease.
@@ -69,14 +71,23 @@ func (c *Client) Watch(ctx context.Context, pattern string, every time.Duration,
 	if every <= 0 {
 		return fmt.Errorf("lease: Watch: interval %v, need > 0", every)
 	}
-	ps := c.rdb.PSubscribe(ctx, c.notePattern(pattern))
-	defer ps.Close()
-	if _, err := ps.Receive(ctx); err != nil { // the subscription's confirmation
+	// An ACL allows PSUBSCRIBE only of a channel pattern it names
+	// literally: with the precise pattern refused, all lease channels
+	// (prefix{*}:c) will do, keeping messages of the leases watched.
+	precise, all := c.notePattern(pattern), c.notePattern("*")
+	ps, err := psubscribe(ctx, c.rdb, precise)
+	filter := false
+	if err != nil && precise != all && redis.HasErrorPrefix(err, "NOPERM") {
+		ps, err = psubscribe(ctx, c.rdb, all)
+		filter = true
+	}
+	if err != nil {
 		if ctx.Err() != nil {
 			return nil
 		}
-		return fmt.Errorf("lease: watch: PSUBSCRIBE: %w", err)
+		return fmt.Errorf("lease: watch: PSUBSCRIBE %s: %w (an ACL user needs the channel pattern &%s)", all, err, all)
 	}
+	defer ps.Close()
 	msgs := ps.Channel()
 	w := &changeWatch{c: c, fn: fn, seen: map[string]seenLease{}, notes: map[string]string{}}
 	if err := w.scan(ctx, pattern, true); err != nil {
@@ -100,8 +111,8 @@ func (c *Client) Watch(ctx context.Context, pattern string, every time.Duration,
 				return errors.New("lease: watch: the subscription closed")
 			}
 			key, ok := c.userKey(m.Channel, ":c")
-			if !ok {
-				continue
+			if _, seen := w.seen[key]; !ok || filter && !seen {
+				continue // not watched; a new lease is found by the listing
 			}
 			w.notes[key] = m.Payload
 			info, err := c.Inspect(ctx, key)
@@ -114,6 +125,16 @@ func (c *Client) Watch(ctx context.Context, pattern string, every time.Duration,
 			w.update(ctx, info)
 		}
 	}
+}
+
+// psubscribe subscribes to pattern and waits for the confirmation.
+func psubscribe(ctx context.Context, rdb redis.UniversalClient, pattern string) (*redis.PubSub, error) {
+	ps := rdb.PSubscribe(ctx, pattern)
+	if _, err := ps.Receive(ctx); err != nil {
+		ps.Close()
+		return nil, err
+	}
+	return ps, nil
 }
 
 // notePattern is the PSUBSCRIBE pattern of the release channels of the
