@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -288,6 +289,38 @@ var scriptCmds = map[string]func(ts *testscript.TestScript, neg bool, args []str
 			}
 		}
 		ts.Fatalf("README.md has no line starting %q", prefix)
+	},
+	// numpat N waits until the script's server has N pattern subscriptions
+	// (a watch is listening).
+	"numpat": func(ts *testscript.TestScript, neg bool, args []string) {
+		want, err := strconv.Atoi(args[0])
+		ts.Check(err)
+		rdb := getHolders(ts).targets[""]
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+			n, err := rdb.PubSubNumPat(context.Background()).Result()
+			ts.Check(err)
+			if n >= int64(want) {
+				return
+			}
+			if time.Now().After(deadline) {
+				ts.Fatalf("%d pattern subscriptions after 10s, want %d", n, want)
+			}
+		}
+	},
+	// free KEY waits until nobody holds KEY on the script's server.
+	"free": func(ts *testscript.TestScript, neg bool, args []string) {
+		c, err := getHolders(ts).client("", "lease:")
+		ts.Check(err)
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+			info, err := c.Inspect(context.Background(), args[0])
+			ts.Check(err)
+			if info.Free() {
+				return
+			}
+			if time.Now().After(deadline) {
+				ts.Fatalf("%s still held after 10s", args[0])
+			}
+		}
 	},
 	// sleep D pauses the script.
 	"sleep": func(ts *testscript.TestScript, neg bool, args []string) {

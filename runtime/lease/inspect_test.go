@@ -532,18 +532,18 @@ func TestForceReleaseHoldMin(t *testing.T) {
 	}
 }
 
-// A forced release racing the holder's renewals (TTL 60ms: a renewal
-// every 20ms) at random moments: each time the release wins cleanly, the
+// A forced release racing the holder's renewals (TTL 300ms: a renewal
+// every 100ms) at random moments: each time the release wins cleanly, the
 // holder is told with the right cause, and no renewal brings the key back.
 func TestForceReleaseRacingRenewal(t *testing.T) {
 	c, _ := sharedClient(t)
 	admin, _ := newClient(t, shared.Client(t))
 	ctx := context.Background()
-	for i := range 20 {
+	for i := range 12 {
 		key := fmt.Sprintf("%s-%d", uniqueKey(t), i)
-		h := holdUntil(t, c, key, lease.Spec{TTL: 60 * time.Millisecond, Deadline: 10 * time.Second, Fence: true, MinValidity: time.Millisecond})
+		h := holdUntil(t, c, key, lease.Spec{TTL: 300 * time.Millisecond, Deadline: 10 * time.Second, Fence: true, MinValidity: time.Millisecond})
 		info := inspect(t, admin, key)
-		time.Sleep(time.Duration(rand.IntN(40)) * time.Millisecond)
+		time.Sleep(time.Duration(rand.IntN(200)) * time.Millisecond)
 		res, err := admin.ForceRelease(ctx, key, info.Holder)
 		if err != nil || res != lease.ForceReleased {
 			t.Fatalf("round %d: ForceRelease = %v, %v", i, res, err)
@@ -558,7 +558,7 @@ func TestForceReleaseRacingRenewal(t *testing.T) {
 			t.Fatalf("round %d: the holder was not told", i)
 		}
 		mustIs(t, <-h.done, lease.ErrLost)
-		time.Sleep(30 * time.Millisecond) // a late renewal would have landed by now
+		time.Sleep(150 * time.Millisecond) // a late renewal would have landed by now
 		if after := inspect(t, admin, key); !after.Free() {
 			t.Fatalf("round %d: the key is held again after the forced release: %+v", i, after)
 		}

@@ -64,7 +64,7 @@ func TestWatch(t *testing.T) {
 
 	before := holdUntil(t, c, "w:before", long)
 	holdUntil(t, c, "x:unwatched", long)
-	w := startWatch(t, c, "w:*", 300*time.Millisecond)
+	w := startWatch(t, c, "w:*", 100*time.Millisecond)
 	if ch := w.next(lease.ChangeHeld, "w:before"); ch.Info.Token != before.token {
 		t.Fatalf("held: %+v", ch.Info)
 	}
