@@ -60,7 +60,11 @@ It uses SCAN, never KEYS, and scans every master of a Cluster.`,
 				if info.Hold {
 					hold = "HOLD"
 				}
-				fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%d\n", info.Key, info.Holder, info.Token, ttl(info.TTL), hold, len(info.Waiters))
+				left := ttl(info.TTL)
+				if info.TTL < 0 {
+					left = "none"
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%d\n", info.Key, info.Holder, info.Token, left, hold, len(info.Waiters))
 				n++
 			}
 			if cursor = next; cursor == "" {
@@ -152,6 +156,8 @@ has its hold ended; the waiters race for it.`,
 		switch {
 		case info.Free():
 			return fmt.Errorf("%q is not held: nothing to release", key)
+		case !identityLike(info.Holder):
+			return fmt.Errorf("the lock key of %q holds %q, which the runtime did not write: nothing released", key, info.Holder)
 		case want != "" && info.Holder != want:
 			return fmt.Errorf("%q is held by %s (token %d), not by %s: nothing released", key, info.Holder, info.Token, want)
 		}
@@ -384,4 +390,13 @@ func writeJSON(w io.Writer, v any) error {
 	}
 	_, err = fmt.Fprintf(w, "%s\n", b)
 	return err
+}
+
+// identityLike reports whether s looks like a grant's identity (32 hex
+// digits), as ForceRelease requires.
+func identityLike(s string) bool {
+	if len(s) != 32 {
+		return false
+	}
+	return strings.Trim(s, "0123456789abcdef") == ""
 }

@@ -356,6 +356,9 @@ func leasectl(t *testing.T, stdin string, args ...string) (int, string, string) 
 func TestExitCodes(t *testing.T) {
 	srv := leasetest.StartRedis(t)
 	url := srv.URL()
+	if err := srv.Client(t).Set(context.Background(), "lease:{foreign}:l", "by-hand", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
 	for _, tc := range []struct {
 		args []string
 		code int
@@ -378,7 +381,9 @@ func TestExitCodes(t *testing.T) {
 		{[]string{"list", "-url", "redis://u:secret@127.0.0.1:1", "-timeout", "300ms"}, 1, "redis://u:xxxxx@127.0.0.1:1"},
 		{[]string{"show", "-url", url, "free"}, 0, ""},
 		{[]string{"release", "-url", url, "-yes", "free"}, 1, "not held"},
-		{[]string{"list", "-url", url}, 0, "no held lease matches"},
+		{[]string{"list", "-url", url, "-prefix", "empty:"}, 0, `no held lease matches "*" (prefix "empty:")`},
+		{[]string{"list", "-url", url}, 0, "foreign  by-hand  0      none  -     0"},
+		{[]string{"release", "-url", url, "-yes", "foreign"}, 1, `holds "by-hand", which the runtime did not write: nothing released`},
 	} {
 		code, out, errOut := leasectl(t, "", tc.args...)
 		if code != tc.code || !strings.Contains(out+errOut, tc.err) || strings.Contains(errOut, "secret") {

@@ -428,8 +428,8 @@ func (c *Client) ForceRelease(ctx context.Context, key, identity string) (ForceR
 	if key == "" {
 		return 0, fmt.Errorf("%w: empty key", ErrBadKey)
 	}
-	if identity == "" || strings.ContainsAny(identity, ":|~") {
-		return 0, fmt.Errorf("lease: ForceRelease(%q, %q): not a holder's identity (see Info.Holder)", key, identity)
+	if !isIdentity(identity) {
+		return 0, fmt.Errorf("lease: ForceRelease(%q, %q): not a holder's identity (32 hex digits, see Info.Holder)", key, identity)
 	}
 	k := redisKeys(c.prefix, key)
 	fail := func(err error) (ForceResult, error) {
@@ -496,4 +496,17 @@ func (c *Client) endHold(ctx context.Context, k keys, key, identity string, fail
 		return ForceNotHeld, nil
 	}
 	return ForceHeldByOther, nil
+}
+
+// isIdentity reports whether s has the form of a grant's identity (newID).
+func isIdentity(s string) bool {
+	if len(s) != 32 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return false
+		}
+	}
+	return true
 }

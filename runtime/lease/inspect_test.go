@@ -353,10 +353,25 @@ func TestListCluster(t *testing.T) {
 	if err != nil || info.Free() {
 		t.Fatalf("Inspect on the cluster: %+v, %v", info, err)
 	}
+	// Watch on the cluster, with listings too rare to matter: the forced
+	// release is seen through the release channel (classic pub/sub, which
+	// the cluster broadcasts to the watcher's node, whichever it is).
+	w := startWatch(t, c, "job:*", time.Hour)
+	for range want {
+		select {
+		case ch := <-w.changes:
+			if ch.Kind != lease.ChangeHeld {
+				t.Fatalf("change %v %q, want held", ch.Kind, ch.Info.Key)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatal("watch did not report the leases held")
+		}
+	}
 	// ForceRelease on the cluster: the holder loses it.
 	if res, err := c.ForceRelease(ctx, "job:3", info.Holder); err != nil || res != lease.ForceReleased {
 		t.Fatalf("ForceRelease on the cluster = %v, %v", res, err)
 	}
+	w.ended("job:3", "force-released")
 }
 
 // The holder learns of a forced release as an ordinary loss: fn's context
@@ -474,7 +489,7 @@ func TestForceReleaseChangedHolder(t *testing.T) {
 	if res, err := c.ForceRelease(ctx, key, shown.Holder); err != nil || res != lease.ForceNotHeld {
 		t.Fatalf("ForceRelease of a free key = %v, %v; want not held", res, err)
 	}
-	for _, id := range []string{"", "a:b", "~" + shown.Holder} {
+	for _, id := range []string{"", "a:b", "~" + shown.Holder, shown.Holder[1:], strings.ToUpper(shown.Holder), "not-a-lease"} {
 		if _, err := c.ForceRelease(ctx, key, id); err == nil {
 			t.Errorf("ForceRelease(identity %q): no error", id)
 		}
