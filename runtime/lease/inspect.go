@@ -171,7 +171,9 @@ const ListPage = 100
 // turn. SCAN's guarantees apply: a lease held for the whole listing is
 // listed, one taken or released meanwhile may or may not be, and a
 // failover or slot migration during the listing can repeat or miss keys.
-// Pages may be empty before the last one.
+// Pages may be empty before the last one. On an error, page holds the
+// leases read before it and next the cursor to go on from. Needs Redis 6.0
+// or later (SCAN ... TYPE).
 func (c *Client) List(ctx context.Context, pattern, cursor string) (page []Info, next string, err error) {
 	nodes, err := c.scanNodes(ctx)
 	if err != nil {
@@ -187,7 +189,11 @@ func (c *Client) List(ctx context.Context, pattern, cursor string) (page []Info,
 		count := int64(max(ListPage-len(page), 10))
 		keys, npos, err := nodes[node].rdb.ScanType(ctx, pos, match, count, "string").Result()
 		if err != nil {
-			return page, c.cursor(nodes, node, pos), fmt.Errorf("lease: list: SCAN on %s: %w", nodes[node].addr, err)
+			where := ""
+			if nodes[node].addr != "" {
+				where = " on " + nodes[node].addr
+			}
+			return page, c.cursor(nodes, node, pos), fmt.Errorf("lease: list: SCAN%s: %w", where, err)
 		}
 		var user []string
 		for _, rk := range keys {
