@@ -164,31 +164,31 @@ func (c *cli) connect() (*lease.Client, func(), error) {
 	if c.url == "" {
 		c.url = defaultURL
 	}
-	var rdb redis.UniversalClient
-	var tlsConf **tls.Config
+	// Both kinds: ContextTimeoutEnabled (lease.New requires it), and
+	// -cacert in the TLS configuration a rediss:// URL made.
+	var (
+		tlsConf   **tls.Config
+		newClient func() redis.UniversalClient
+	)
 	if c.cluster {
 		o, err := redis.ParseClusterURL(c.url)
 		if err != nil {
 			return nil, nil, usagef("-url: %v", err)
 		}
-		o.ContextTimeoutEnabled = true // lease.New requires it
-		tlsConf = &o.TLSConfig
-		if err := c.trust(tlsConf); err != nil {
-			return nil, nil, err
-		}
-		rdb = redis.NewClusterClient(o)
+		o.ContextTimeoutEnabled = true
+		tlsConf, newClient = &o.TLSConfig, func() redis.UniversalClient { return redis.NewClusterClient(o) }
 	} else {
 		o, err := redis.ParseURL(c.url)
 		if err != nil {
 			return nil, nil, usagef("-url: %v", err)
 		}
-		o.ContextTimeoutEnabled = true // lease.New requires it
-		tlsConf = &o.TLSConfig
-		if err := c.trust(tlsConf); err != nil {
-			return nil, nil, err
-		}
-		rdb = redis.NewClient(o)
+		o.ContextTimeoutEnabled = true
+		tlsConf, newClient = &o.TLSConfig, func() redis.UniversalClient { return redis.NewClient(o) }
 	}
+	if err := c.trust(tlsConf); err != nil {
+		return nil, nil, err
+	}
+	rdb := newClient()
 	ctx, cancel := context.WithTimeout(c.ctx, c.timeout)
 	defer cancel()
 	if err := rdb.Ping(ctx).Err(); err != nil {
