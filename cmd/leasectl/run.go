@@ -46,11 +46,8 @@ type command struct {
 	run                         func(c *cli, fs *flag.FlagSet) error
 }
 
-var commands []*command // filled in by init, in the order of the usage text
-
-func init() {
-	commands = []*command{listCmd, showCmd, releaseCmd, watchCmd}
-}
+// commands in the order of the usage text.
+var commands = []*command{listCmd, showCmd, releaseCmd, watchCmd}
 
 // usageError is a command line mistake: exit status 2.
 type usageError struct{ msg string }
