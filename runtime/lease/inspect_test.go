@@ -423,7 +423,7 @@ func TestForceReleaseHandsToWaiter(t *testing.T) {
 	c, _ := sharedClient(t)
 	w, _ := sharedClient(t)
 	key := uniqueKey(t)
-	h := holdUntil(t, c, key, lease.Spec{TTL: 20 * time.Second, Deadline: time.Minute})
+	h := holdUntil(t, c, key, lease.Spec{TTL: 3 * time.Second, Deadline: time.Minute})
 	entered := make(chan time.Time, 1)
 	done := make(chan error, 1)
 	go func() {
@@ -454,8 +454,8 @@ func TestForceReleaseHandsToWaiter(t *testing.T) {
 	select {
 	case cause := <-h.cause:
 		mustIs(t, cause, lease.ErrLost)
-	case <-time.After(8 * time.Second):
-		t.Fatal("the holder was not told (renewal every 6.7s)")
+	case <-time.After(4 * time.Second):
+		t.Fatal("the holder was not told (renewal every second)")
 	}
 	mustIs(t, <-h.done, lease.ErrLost)
 }
