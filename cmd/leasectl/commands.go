@@ -1,0 +1,402 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/leasegen/leasegen/runtime/lease"
+)
+
+var listCmd = &command{
+	name: "list", args: "[pattern]",
+	summary: "list held leases whose keys match a pattern: key, holder, token, TTL left",
+	detail: `List prints one line per held lease whose key matches pattern, a Redis
+glob over the keys the services lock ('orders:*'; default '*'): the key, the
+holder's identity (for release -id), its fencing token, the TTL left, HOLD
+when its holder has returned and a hold-min keeps it, and the live waiters.
+It uses SCAN, never KEYS, and scans every master of a Cluster.`,
+	flags: func(c *cli, fs *flag.FlagSet) {
+		fs.BoolVar(&c.json, "json", false, "one JSON object per lease, one per line")
+	},
+	run: func(c *cli, fs *flag.FlagSet) error {
+		if fs.NArg() > 1 {
+			return usagef("list takes at most one pattern, got %d arguments", fs.NArg())
+		}
+		pattern := fs.Arg(0)
+		lc, closeFn, err := c.connect()
+		if err != nil {
+			return err
+		}
+		defer closeFn()
+		tw := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
+		n := 0
+		for cursor := ""; ; {
+			ctx, cancel := c.call()
+			page, next, err := lc.List(ctx, pattern, cursor)
+			cancel()
+			if err != nil {
+				tw.Flush()
+				return err
+			}
+			for _, info := range page {
+				if c.json {
+					if err := writeJSON(c.stdout, infoJSON(info)); err != nil {
+						return err
+					}
+					continue
+				}
+				if n == 0 {
+					fmt.Fprintln(tw, "KEY\tHOLDER\tTOKEN\tTTL\tHOLD\tWAITERS")
+				}
+				hold := "-"
+				if info.Hold {
+					hold = "HOLD"
+				}
+				left := ttl(info.TTL)
+				if info.TTL < 0 {
+					left = "none"
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%d\n", info.Key, info.Holder, info.Token, left, hold, len(info.Waiters))
+				n++
+			}
+			if cursor = next; cursor == "" {
+				break
+			}
+		}
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+		if n == 0 && !c.json {
+			shown := pattern
+			if shown == "" {
+				shown = "*"
+			}
+			fmt.Fprintf(c.stderr, "no held lease matches %q (prefix %q)\n", shown, c.prefix)
+		}
+		return nil
+	},
+}
+
+var showCmd = &command{
+	name: "show", args: "KEY",
+	summary: "show everything known about the lease on KEY",
+	detail: `Show prints the lease on KEY (the exact key, as the service locks it):
+its holder's identity, owner (none stored for plain leases), fencing token,
+TTL left, whether a hold-min keeps it, the last token minted for the key,
+and the live waiters in the order they will get it. A free key is shown as
+free (exit status 0).`,
+	flags: func(c *cli, fs *flag.FlagSet) { fs.BoolVar(&c.json, "json", false, "print a JSON object") },
+	run: func(c *cli, fs *flag.FlagSet) error {
+		if fs.NArg() != 1 {
+			return usagef("show takes one KEY, got %d arguments", fs.NArg())
+		}
+		lc, closeFn, err := c.connect()
+		if err != nil {
+			return err
+		}
+		defer closeFn()
+		ctx, cancel := c.call()
+		info, err := lc.Inspect(ctx, fs.Arg(0))
+		cancel()
+		if err != nil {
+			return err
+		}
+		if c.json {
+			return writeJSON(c.stdout, infoJSON(info))
+		}
+		printInfo(c.stdout, info)
+		return nil
+	},
+}
+
+var releaseCmd = &command{
+	name: "release", args: "KEY",
+	summary: "force-release the lease on KEY (compare-and-delete of the holder shown)",
+	detail: `Release shows the lease on KEY (the exact key, no pattern), asks for
+confirmation (type yes; -yes skips the question), then releases it only if
+the holder it showed still holds it: a compare-and-delete, so a lease
+released and taken again in between is left alone, and leasectl says so and
+exits 1. With -id, only that holder (as shown by list or show) is released.
+
+The release is the holder's own release run on its behalf: the first live
+waiter gets the lease at once and the waiters are notified. The holder's
+process learns it as an ordinary loss at its next renewal (within a third
+of its TTL): its work's context is cancelled with lease.ErrLost, "released
+from outside". A lease whose holder has returned and is kept by a hold-min
+has its hold ended; the waiters race for it.`,
+	flags: func(c *cli, fs *flag.FlagSet) {
+		fs.BoolVar(&c.yes, "yes", false, "do not ask for confirmation")
+		fs.StringVar(&c.id, "id", "", "release only if this identity holds the lease")
+	},
+	run: func(c *cli, fs *flag.FlagSet) error {
+		if fs.NArg() != 1 {
+			return usagef("release takes one KEY, got %d arguments", fs.NArg())
+		}
+		key := fs.Arg(0)
+		want := c.id
+		lc, closeFn, err := c.connect()
+		if err != nil {
+			return err
+		}
+		defer closeFn()
+		ctx, cancel := c.call()
+		info, err := lc.Inspect(ctx, key)
+		cancel()
+		if err != nil {
+			return err
+		}
+		switch {
+		case info.Free():
+			return fmt.Errorf("%q is not held: nothing to release", key)
+		case !identityLike(info.Holder):
+			return fmt.Errorf("the lock key of %q holds %q, which the runtime did not write: nothing released", key, info.Holder)
+		case want != "" && info.Holder != want:
+			return fmt.Errorf("%q is held by %s (token %d), not by %s: nothing released", key, info.Holder, info.Token, want)
+		}
+		printInfo(c.stdout, info)
+		if !c.yes {
+			fmt.Fprintf(c.stderr, "\nForce-release %q from holder %s? Its work will be told it lost the lease.\nType yes to confirm: ", key, info.Holder)
+			answer, err := bufio.NewReader(c.stdin).ReadString('\n')
+			if strings.TrimSpace(answer) != "yes" {
+				if err != nil && !errors.Is(err, io.EOF) {
+					return err
+				}
+				return errors.New("not confirmed: nothing released")
+			}
+		}
+		ctx, cancel = c.call()
+		res, err := lc.ForceRelease(ctx, key, info.Holder)
+		cancel()
+		if err != nil {
+			if errors.Is(err, lease.ErrUnknown) {
+				return fmt.Errorf("%w\nthe release may or may not have happened: run 'leasectl show %s'", err, key)
+			}
+			return err
+		}
+		ctx, cancel = c.call()
+		now, nowErr := lc.Inspect(ctx, key)
+		cancel()
+		after := ""
+		switch {
+		case nowErr != nil:
+			after = fmt.Sprintf(" (could not read it again: %v)", nowErr)
+		case now.Free():
+			after = "; the key is free"
+		default:
+			after = fmt.Sprintf("; now held by %s (token %d)", now.Holder, now.Token)
+		}
+		switch res {
+		case lease.ForceReleased:
+			fmt.Fprintf(c.stdout, "\nreleased %q from holder %s (token %d)%s\n", key, info.Holder, info.Token, after)
+			fmt.Fprintf(c.stdout, "the holder learns it at its next renewal and stops with ErrLost (released from outside)\n")
+			return nil
+		case lease.ForceHoldEnded:
+			fmt.Fprintf(c.stdout, "\nended the hold-min of holder %s on %q%s\n", info.Holder, key, after)
+			return nil
+		case lease.ForceNotHeld:
+			return fmt.Errorf("%q was released or expired since it was shown: nothing released%s", key, after)
+		default:
+			return fmt.Errorf("%q changed holder since it was shown: nothing released%s", key, after)
+		}
+	},
+}
+
+var watchCmd = &command{
+	name: "watch", args: "[pattern]",
+	summary: "print grants and releases of leases matching a pattern as they happen",
+	detail: `Watch prints the leases held now, then a line for each grant, each
+hold-min release and each end of a lease whose key matches pattern (default
+'*'), until interrupted or -for has passed.
+
+It listens on the keys' release channels (one PSUBSCRIBE: handovers to a
+waiter, hold-min releases and forced releases are seen at once) and lists
+the leases every -interval (grants, and releases that nobody was waiting
+for: those publish nothing). A lease granted and released within one
+interval may go unseen. Keyspace notifications are not used: they are off
+by default, cost every write, and are per node on a Cluster.`,
+	flags: func(c *cli, fs *flag.FlagSet) {
+		fs.BoolVar(&c.json, "json", false, "one JSON object per change, one per line")
+		fs.DurationVar(&c.interval, "interval", time.Second, "how often to list the leases")
+		fs.DurationVar(&c.limit, "for", 0, "stop after this long (default: until interrupted)")
+	},
+	run: func(c *cli, fs *flag.FlagSet) error {
+		if fs.NArg() > 1 {
+			return usagef("watch takes at most one pattern, got %d arguments", fs.NArg())
+		}
+		every, limit := c.interval, c.limit
+		if every <= 0 {
+			return usagef("-interval %v: need a positive duration", every)
+		}
+		lc, closeFn, err := c.connect()
+		if err != nil {
+			return err
+		}
+		defer closeFn()
+		ctx := c.ctx
+		if limit > 0 {
+			var cancel func()
+			ctx, cancel = context.WithTimeout(ctx, limit)
+			defer cancel()
+		}
+		pattern := fs.Arg(0)
+		if pattern == "" {
+			pattern = "*"
+		}
+		fmt.Fprintf(c.stderr, "watching leases matching %q (prefix %q): release channels, and a listing every %v\n", pattern, c.prefix, every)
+		var werr error
+		err = lc.Watch(ctx, pattern, every, func(ch lease.Change) {
+			if werr != nil {
+				return
+			}
+			if c.json {
+				werr = writeJSON(c.stdout, changeJSON{At: ch.At.Format(time.RFC3339Nano), Change: ch.Kind.String(), How: ch.How, Lease: infoJSON(ch.Info)})
+				return
+			}
+			_, werr = fmt.Fprintln(c.stdout, changeLine(ch))
+		})
+		if err == nil {
+			err = werr
+		}
+		return err
+	},
+}
+
+// changeLine is one line of watch's output.
+func changeLine(ch lease.Change) string {
+	i := ch.Info
+	s := fmt.Sprintf("%s  %-8s %s  holder=%s token=%d", ch.At.Format("15:04:05.000"), ch.Kind, i.Key, i.Holder, i.Token)
+	switch ch.Kind {
+	case lease.ChangeHeld, lease.ChangeGranted:
+		s += " ttl=" + ttl(i.TTL)
+		if i.Hold {
+			s += " hold"
+		}
+	case lease.ChangeHoldStarted:
+		s += " ends in " + ttl(i.TTL)
+	case lease.ChangeEnded:
+		how := ch.How
+		if how == "" {
+			how = "released or expired, unseen"
+		}
+		s += " (" + how + ")"
+	}
+	return s
+}
+
+// printInfo prints a lease for show and release.
+func printInfo(w io.Writer, info lease.Info) {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	defer tw.Flush()
+	fmt.Fprintf(tw, "key\t%s\n", info.Key)
+	if info.Free() {
+		fmt.Fprintf(tw, "holder\t- (free)\n")
+	} else {
+		fmt.Fprintf(tw, "holder\t%s\n", info.Holder)
+		owner := "- (none stored)"
+		if info.Owner != "" {
+			owner = info.Owner
+		}
+		fmt.Fprintf(tw, "owner\t%s\n", owner)
+		tok := fmt.Sprint(info.Token)
+		if info.Token == 0 {
+			tok = "0 (no fencing)"
+		}
+		fmt.Fprintf(tw, "token\t%s\n", tok)
+		fmt.Fprintf(tw, "ttl left\t%s\n", ttl(info.TTL))
+		hold := "no (renewed by its holder while it works)"
+		if info.Hold {
+			hold = "yes: its holder has returned; the lease ends when the TTL runs out"
+		}
+		fmt.Fprintf(tw, "hold-min\t%s\n", hold)
+	}
+	if info.LastToken != 0 {
+		fmt.Fprintf(tw, "last token\t%d\n", info.LastToken)
+	}
+	fmt.Fprintf(tw, "waiters\t%d", len(info.Waiters))
+	if info.Queued != len(info.Waiters) {
+		fmt.Fprintf(tw, " live (%d in the queue)", info.Queued)
+	}
+	fmt.Fprintln(tw)
+	for n, wt := range info.Waiters {
+		fence := ""
+		if wt.Fence {
+			fence = ", fenced"
+		}
+		fmt.Fprintf(tw, "  %d.\t%s  waiting %s, entry lapses in %s, asks ttl %s%s\n", n+1, wt.Identity, ttl(wt.Waited), ttl(wt.Expires), wt.TTL, fence)
+	}
+}
+
+// ttl formats a duration to the millisecond; negative: no expiry.
+func ttl(d time.Duration) string {
+	if d < 0 {
+		return "none (no expiry: written from outside the runtime)"
+	}
+	return d.Round(time.Millisecond).String()
+}
+
+// leaseJSON is a lease in -json output. Durations are in milliseconds.
+type leaseJSON struct {
+	Key       string       `json:"key"`
+	Holder    string       `json:"holder,omitempty"`
+	Owner     string       `json:"owner,omitempty"` // none stored by plain leases yet
+	Token     uint64       `json:"token"`
+	TTLms     int64        `json:"ttl_ms"`
+	Hold      bool         `json:"hold"`
+	LastToken uint64       `json:"last_token,omitempty"`
+	Queued    int          `json:"queued"`
+	Waiters   []waiterJSON `json:"waiters"`
+}
+
+type waiterJSON struct {
+	Identity  string `json:"identity"`
+	WaitedMs  int64  `json:"waited_ms"`
+	ExpiresMs int64  `json:"expires_ms"`
+	TTLms     int64  `json:"ttl_ms"`
+	Fence     bool   `json:"fence"`
+}
+
+type changeJSON struct {
+	At     string    `json:"at"`
+	Change string    `json:"change"`
+	How    string    `json:"how,omitempty"`
+	Lease  leaseJSON `json:"lease"`
+}
+
+func infoJSON(i lease.Info) leaseJSON {
+	j := leaseJSON{Key: i.Key, Holder: i.Holder, Owner: i.Owner, Token: uint64(i.Token), TTLms: i.TTL.Milliseconds(),
+		Hold: i.Hold, LastToken: uint64(i.LastToken), Queued: i.Queued, Waiters: []waiterJSON{}}
+	if i.TTL < 0 {
+		j.TTLms = -1
+	}
+	for _, w := range i.Waiters {
+		j.Waiters = append(j.Waiters, waiterJSON{Identity: w.Identity, WaitedMs: w.Waited.Milliseconds(),
+			ExpiresMs: w.Expires.Milliseconds(), TTLms: w.TTL.Milliseconds(), Fence: w.Fence})
+	}
+	return j
+}
+
+func writeJSON(w io.Writer, v any) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprintf(w, "%s\n", b)
+	return err
+}
+
+// identityLike reports whether s looks like a grant's identity (32 hex
+// digits), as ForceRelease requires.
+func identityLike(s string) bool {
+	if len(s) != 32 {
+		return false
+	}
+	return strings.Trim(s, "0123456789abcdef") == ""
+}

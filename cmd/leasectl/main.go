@@ -1,0 +1,34 @@
+// Command leasectl shows and operates the leases that leasegen's runtime
+// keeps in Redis: who holds what, with which fencing token, for how long,
+// who waits; it can force-release a stuck lease and watch grants and
+// releases live.
+//
+//	go get -tool github.com/leasegen/leasegen/cmd/leasectl
+//	export REDIS_URL=redis://user:password@redis.internal:6379/0
+//	go tool leasectl list 'orders:*'
+//	go tool leasectl show orders:42
+//	go tool leasectl release orders:42
+//	go tool leasectl watch 'orders:*'
+//
+// Every command takes the connection flags: -url (default $REDIS_URL, else
+// redis://localhost:6379; rediss:// for TLS, with -cacert for a private
+// CA), -cluster for a Redis Cluster (more seed nodes as ?addr=host:port),
+// -prefix when the services use lease.WithPrefix, -timeout per request.
+//
+// Exit status: 0 done, 1 failed (including a release that found the lease
+// released or taken by another holder since it was shown), 2 usage.
+package main
+
+import (
+	"context"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := run(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr, os.Getenv)
+	stop()
+	os.Exit(code)
+}

@@ -1,0 +1,244 @@
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/leasegen/leasegen/runtime/lease"
+)
+
+// cli is one run of leasectl: its streams and environment.
+type cli struct {
+	ctx    context.Context
+	stdin  io.Reader
+	stdout io.Writer
+	stderr io.Writer
+	getenv func(string) string
+
+	// connection flags, shared by every command
+	url     string
+	cluster bool
+	prefix  string
+	cacert  string
+	timeout time.Duration
+
+	// command flags
+	json            bool          // list, show, watch
+	yes             bool          // release
+	id              string        // release
+	interval, limit time.Duration // watch
+}
+
+// command is one subcommand.
+type command struct {
+	name, args, summary, detail string
+	flags                       func(c *cli, fs *flag.FlagSet)
+	run                         func(c *cli, fs *flag.FlagSet) error
+}
+
+// commands in the order of the usage text.
+var commands = []*command{listCmd, showCmd, releaseCmd, watchCmd}
+
+// usageError is a command line mistake: exit status 2.
+type usageError struct{ msg string }
+
+func (e usageError) Error() string { return e.msg }
+
+func usagef(format string, args ...any) error { return usageError{fmt.Sprintf(format, args...)} }
+
+const defaultURL = "redis://localhost:6379"
+
+// Exit status.
+const (
+	exitOK      = 0
+	exitFailure = 1
+	exitUsage   = 2
+)
+
+func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer, getenv func(string) string) int {
+	redis.SetLogger(quiet{}) // go-redis logs dial retries on its own; leasectl reports the error
+	c := &cli{ctx: ctx, stdin: stdin, stdout: stdout, stderr: stderr, getenv: getenv}
+	if len(args) == 0 {
+		c.usage(stderr)
+		return exitUsage
+	}
+	switch args[0] {
+	case "-h", "-help", "--help", "help":
+		if len(args) > 1 && args[0] == "help" {
+			return c.dispatch(append([]string{args[1], "-h"}, args[2:]...))
+		}
+		c.usage(stdout)
+		return exitOK
+	}
+	return c.dispatch(args)
+}
+
+func (c *cli) usage(w io.Writer) {
+	fmt.Fprint(w, `leasectl shows and operates the leases of leasegen's runtime in Redis.
+
+Usage:
+	leasectl <command> [flags] [arguments]
+
+Commands:
+`)
+	for _, cmd := range commands {
+		fmt.Fprintf(w, "	%-8s %s\n", cmd.name, cmd.summary)
+	}
+	fmt.Fprint(w, `
+Every command connects with -url (default $REDIS_URL, else
+redis://localhost:6379), -cluster, -prefix, -cacert and -timeout.
+Run 'leasectl <command> -h' for a command's flags.
+Exit status: 0 done, 1 failed, 2 usage.
+`)
+}
+
+func (c *cli) dispatch(args []string) int {
+	var cmd *command
+	for _, k := range commands {
+		if k.name == args[0] {
+			cmd = k
+		}
+	}
+	if cmd == nil {
+		fmt.Fprintf(c.stderr, "leasectl: unknown command %q\nRun 'leasectl -h' for usage.\n", args[0])
+		return exitUsage
+	}
+	fs := flag.NewFlagSet("leasectl "+cmd.name, flag.ContinueOnError)
+	fs.SetOutput(c.stderr)
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "usage: leasectl %s [flags] %s\n\n%s\n\nFlags:\n", cmd.name, cmd.args, cmd.detail)
+		fs.PrintDefaults()
+	}
+	c.connFlags(fs)
+	if cmd.flags != nil {
+		cmd.flags(c, fs)
+	}
+	if err := fs.Parse(args[1:]); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return exitOK
+		}
+		return exitUsage // the flag package has printed the error and usage
+	}
+	err := cmd.run(c, fs)
+	var uerr usageError
+	switch {
+	case err == nil:
+		return exitOK
+	case errors.As(err, &uerr):
+		fmt.Fprintf(c.stderr, "leasectl %s: %s\nRun 'leasectl %s -h' for usage.\n", cmd.name, uerr.msg, cmd.name)
+		return exitUsage
+	default:
+		fmt.Fprintf(c.stderr, "leasectl %s: %v\n", cmd.name, err)
+		return exitFailure
+	}
+}
+
+func (c *cli) connFlags(fs *flag.FlagSet) {
+	// No default shown in -h: $REDIS_URL may hold a password.
+	fs.StringVar(&c.url, "url", "", "Redis URL: redis://[user:password@]host:port[/db], rediss:// for TLS\n(default $REDIS_URL, else "+defaultURL+")")
+	fs.BoolVar(&c.cluster, "cluster", false, "the URL names a Redis Cluster node; more seed nodes as ?addr=host:port&addr=...")
+	fs.StringVar(&c.prefix, "prefix", "lease:", "the services' key prefix (lease.WithPrefix)")
+	fs.StringVar(&c.cacert, "cacert", "", "PEM file of the CA to trust for rediss:// (default: the system's roots)")
+	fs.DurationVar(&c.timeout, "timeout", 5*time.Second, "bound on each request to Redis")
+}
+
+// connect returns a lease client on the deployment the flags name, after
+// a PING; close it with the returned func.
+func (c *cli) connect() (*lease.Client, func(), error) {
+	if c.url == "" {
+		c.url = c.getenv("REDIS_URL")
+	}
+	if c.url == "" {
+		c.url = defaultURL
+	}
+	// Both kinds: ContextTimeoutEnabled (lease.New requires it), and
+	// -cacert in the TLS configuration a rediss:// URL made.
+	var (
+		tlsConf   **tls.Config
+		newClient func() redis.UniversalClient
+	)
+	if c.cluster {
+		o, err := redis.ParseClusterURL(c.url)
+		if err != nil {
+			return nil, nil, usagef("-url: %v", err)
+		}
+		o.ContextTimeoutEnabled = true
+		tlsConf, newClient = &o.TLSConfig, func() redis.UniversalClient { return redis.NewClusterClient(o) }
+	} else {
+		o, err := redis.ParseURL(c.url)
+		if err != nil {
+			return nil, nil, usagef("-url: %v", err)
+		}
+		o.ContextTimeoutEnabled = true
+		tlsConf, newClient = &o.TLSConfig, func() redis.UniversalClient { return redis.NewClient(o) }
+	}
+	if err := c.trust(tlsConf); err != nil {
+		return nil, nil, err
+	}
+	rdb := newClient()
+	ctx, cancel := context.WithTimeout(c.ctx, c.timeout)
+	defer cancel()
+	if err := rdb.Ping(ctx).Err(); err != nil {
+		rdb.Close()
+		return nil, nil, fmt.Errorf("cannot reach Redis at %s: %w", redactURL(c.url), err)
+	}
+	lc, err := lease.New(rdb, lease.WithPrefix(c.prefix))
+	if err != nil {
+		rdb.Close()
+		return nil, nil, err
+	}
+	return lc, func() { lc.Close(); rdb.Close() }, nil
+}
+
+// trust adds -cacert to a TLS configuration (rediss:// only).
+func (c *cli) trust(conf **tls.Config) error {
+	if c.cacert == "" {
+		return nil
+	}
+	if *conf == nil {
+		return usagef("-cacert needs a rediss:// URL")
+	}
+	pem, err := os.ReadFile(c.cacert)
+	if err != nil {
+		return err
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(pem) {
+		return fmt.Errorf("-cacert %s: no PEM certificate in it", c.cacert)
+	}
+	(*conf).RootCAs = pool
+	return nil
+}
+
+// redactURL hides the password of a URL for messages.
+func redactURL(u string) string {
+	scheme, rest, ok := strings.Cut(u, "://")
+	if !ok {
+		return u
+	}
+	at := strings.LastIndex(rest, "@")
+	if at < 0 {
+		return u
+	}
+	user, _, _ := strings.Cut(rest[:at], ":")
+	return scheme + "://" + user + ":xxxxx" + rest[at:]
+}
+
+// call bounds one request (or a short sequence) by -timeout.
+func (c *cli) call() (context.Context, context.CancelFunc) {
+	return context.WithTimeout(c.ctx, c.timeout)
+}
+
+type quiet struct{}
+
+func (quiet) Printf(context.Context, string, ...any) {}

@@ -1,0 +1,518 @@
+package lease
+
+import (
+	"context"
+	_ "embed"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+var (
+	//go:embed inspect.lua
+	inspectSrc string
+	//go:embed endhold.lua
+	endholdSrc string
+
+	inspectScript = redis.NewScript(inspectSrc)
+	endholdScript = redis.NewScript(endholdSrc)
+)
+
+// Info is what Inspect knows about one lease, read in one atomic step on
+// the server that owns the key. Durations are measured by that server's
+// clock at the moment of the read.
+type Info struct {
+	// Key is the user's key, as given to Do.
+	Key string
+	// Holder is the identity of the grant that holds the lease (32 hex
+	// digits, new for every acquire attempt), or "" when the key is free.
+	// ForceRelease takes it. A value the runtime did not write is shown
+	// whole here.
+	Holder string
+	// Owner names the process behind the holder (a host or pod name) where
+	// one is stored with the lease. Plain leases store none, so it is empty
+	// today; leader election will fill it in.
+	Owner string
+	// Token is the holder's fencing token, 0 for a lease without fencing.
+	Token Token
+	// TTL is how long the lease lasts unless renewed (the lock key's PTTL):
+	// 0 when free, negative if the key was given no expiry (written from
+	// outside the runtime).
+	TTL time.Duration
+	// Hold reports that the holder has returned and released the lease
+	// with a hold-min (Spec.HoldMin): it is no longer renewed and ends when
+	// TTL runs out, unless ForceRelease ends it sooner.
+	Hold bool
+	// LastToken is the last fencing token minted for the key (its counter,
+	// which outlives the grants by WithCounterTTL), 0 when none is stored.
+	LastToken Token
+	// Queued is the length of the key's waiter queue, dead entries
+	// included; Waiters are its live entries in arrival order (at most
+	// the first maxWaiters are read).
+	Queued  int
+	Waiters []Waiter
+}
+
+// Waiter is a live entry in a key's waiter queue: a Do call, in this
+// process or another, waiting for the lease. A release hands the lease to
+// the first live waiter.
+type Waiter struct {
+	Identity string        // the identity its grant will carry
+	Waited   time.Duration // since it first asked
+	Expires  time.Duration // when its entry lapses unless it asks again (each retry extends it)
+	TTL      time.Duration // the lease length it asks for
+	Fence    bool          // it asks for a fencing token
+}
+
+// Free reports whether nobody holds the lease.
+func (i Info) Free() bool { return i.Holder == "" }
+
+// maxWaiters bounds how many queue entries Inspect reads.
+const maxWaiters = 100
+
+// Inspect reads the state of the lease on key: who holds it (the grant's
+// identity), its fencing token, how long it has left, whether a hold-min
+// is running out, and who waits for it. It writes nothing. A free key
+// gives an Info with an empty Holder and a nil error.
+func (c *Client) Inspect(ctx context.Context, key string) (Info, error) {
+	if key == "" {
+		return Info{}, fmt.Errorf("%w: empty key", ErrBadKey)
+	}
+	k := redisKeys(c.prefix, key)
+	reply, err := inspectScript.Run(ctx, c.rdb, []string{k.lock, k.fence, k.queue, k.qexp}, maxWaiters).Slice()
+	if err != nil {
+		return Info{}, fmt.Errorf("lease: inspect key %q: %w", key, err)
+	}
+	return parseInfo(key, reply)
+}
+
+// parseInfo reads the reply of inspect.lua.
+func parseInfo(key string, reply []any) (Info, error) {
+	bad := func(what string) (Info, error) {
+		return Info{}, fmt.Errorf("lease: inspect key %q: unexpected reply (%s): %v", key, what, reply)
+	}
+	if len(reply) < 6 || (len(reply)-6)%3 != 0 {
+		return bad("length")
+	}
+	str := func(i int) string { s, _ := reply[i].(string); return s }
+	num := func(i int) int64 {
+		switch v := reply[i].(type) {
+		case int64:
+			return v
+		case string:
+			n, _ := strconv.ParseInt(v, 10, 64)
+			return n
+		}
+		return 0
+	}
+	info := Info{Key: key, Queued: int(num(5))}
+	if v := str(0); v != "" {
+		info.Hold = strings.HasPrefix(v, "~")
+		id, tok, ok := strings.Cut(strings.TrimPrefix(v, "~"), ":")
+		n, err := strconv.ParseUint(tok, 10, 64)
+		if !ok || err != nil || id == "" {
+			info.Holder, info.Hold = v, false // not the runtime's: show it whole
+		} else {
+			info.Holder, info.Token = id, Token(n)
+		}
+		switch pttl := num(1); {
+		case pttl >= 0:
+			info.TTL = time.Duration(pttl) * time.Millisecond
+		case pttl == -1:
+			info.TTL = -1
+		}
+	}
+	if n, err := strconv.ParseUint(str(2), 10, 64); err == nil {
+		info.LastToken = Token(n)
+	}
+	nowUS := num(3)*1_000_000 + num(4)
+	nowMS := nowUS / 1000
+	for i := 6; i < len(reply); i += 3 {
+		member := str(i)
+		arrival, err1 := strconv.ParseFloat(str(i+1), 64)
+		expiry := num(i + 2)
+		if err1 != nil {
+			return bad("queue score")
+		}
+		if expiry <= nowMS {
+			continue // dead: the release skips it
+		}
+		w := Waiter{
+			Waited:  time.Duration(nowUS-int64(arrival)) * time.Microsecond,
+			Expires: time.Duration(expiry-nowMS) * time.Millisecond,
+		}
+		// member: identity|ttl ms|fence|claim ms (see acquire.lua)
+		parts := strings.Split(member, "|")
+		w.Identity = parts[0]
+		if len(parts) == 4 {
+			ttl, _ := strconv.ParseInt(parts[1], 10, 64)
+			w.TTL, w.Fence = time.Duration(ttl)*time.Millisecond, parts[2] == "1"
+		}
+		info.Waiters = append(info.Waiters, w)
+	}
+	return info, nil
+}
+
+// ListPage is about how many leases one List call returns: SCAN's COUNT
+// is a hint, so a page may hold somewhat more.
+const ListPage = 100
+
+// List returns a page of the leases whose keys match pattern, a Redis glob
+// (as in SCAN MATCH: '*', '?', '[...]', '\' escapes) applied to the user's
+// keys; "" or "*" lists all. Start with cursor ""; each call returns the
+// cursor of the next page, "" after the last. It uses SCAN, never KEYS, so
+// the server is never blocked, and on a Cluster it scans every master in
+// turn. SCAN's guarantees apply: a lease held for the whole listing is
+// listed, one taken or released meanwhile may or may not be, and a
+// failover or slot migration during the listing can repeat or miss keys.
+// Pages may be empty before the last one. On an error, page holds the
+// leases read before it and next the cursor to go on from. Needs Redis 6.0
+// or later (SCAN ... TYPE).
+func (c *Client) List(ctx context.Context, pattern, cursor string) (page []Info, next string, err error) {
+	nodes, err := c.scanNodes(ctx)
+	if err != nil {
+		return nil, "", fmt.Errorf("lease: list: %w", err)
+	}
+	node, pos, err := resumeAt(nodes, cursor)
+	if err != nil {
+		return nil, "", err
+	}
+	match := c.lockPattern(pattern)
+	deadline := time.Now().Add(time.Second) // return a page at least this often
+	for node < len(nodes) {
+		count := int64(max(ListPage-len(page), 10))
+		keys, npos, err := nodes[node].rdb.ScanType(ctx, pos, match, count, "string").Result()
+		if err != nil {
+			where := ""
+			if nodes[node].addr != "" {
+				where = " on " + nodes[node].addr
+			}
+			return page, c.cursor(nodes, node, pos), fmt.Errorf("lease: list: SCAN%s: %w", where, err)
+		}
+		var user []string
+		for _, rk := range keys {
+			if k, ok := c.userKey(rk, ":l"); ok {
+				user = append(user, k)
+			}
+		}
+		infos, err := c.inspectMany(ctx, user)
+		if err != nil {
+			return page, c.cursor(nodes, node, pos), err
+		}
+		for _, info := range infos {
+			if !info.Free() { // released between SCAN and inspection
+				page = append(page, info)
+			}
+		}
+		pos = npos
+		if pos == 0 {
+			node++
+		}
+		if len(page) >= ListPage || time.Now().After(deadline) {
+			break
+		}
+	}
+	return page, c.cursor(nodes, node, pos), nil
+}
+
+// scanNode is one server a listing scans: the standalone server, or one
+// Cluster master.
+type scanNode struct {
+	addr string
+	rdb  redis.Cmdable
+}
+
+// scanNodes returns the servers that hold lease keys, in a stable order.
+func (c *Client) scanNodes(ctx context.Context) ([]scanNode, error) {
+	cc, ok := c.rdb.(*redis.ClusterClient)
+	if !ok {
+		return []scanNode{{rdb: c.rdb}}, nil
+	}
+	var (
+		mu    sync.Mutex
+		nodes []scanNode
+	)
+	err := cc.ForEachMaster(ctx, func(_ context.Context, m *redis.Client) error {
+		mu.Lock()
+		nodes = append(nodes, scanNode{addr: m.Options().Addr, rdb: m})
+		mu.Unlock()
+		return nil
+	})
+	slices.SortFunc(nodes, func(a, b scanNode) int { return strings.Compare(a.addr, b.addr) })
+	return nodes, err
+}
+
+// cursor encodes where the next page starts: the SCAN cursor, after the
+// master's address on a Cluster ("" at the end).
+func (c *Client) cursor(nodes []scanNode, node int, pos uint64) string {
+	if node >= len(nodes) {
+		return ""
+	}
+	if nodes[node].addr == "" {
+		return strconv.FormatUint(pos, 10)
+	}
+	return nodes[node].addr + "@" + strconv.FormatUint(pos, 10)
+}
+
+// resumeAt decodes a cursor. A Cluster master that is gone (a failover)
+// is replaced by the next one in order, from the start of its scan.
+func resumeAt(nodes []scanNode, cursor string) (int, uint64, error) {
+	if cursor == "" {
+		return 0, 0, nil
+	}
+	addr, num := "", cursor
+	if i := strings.LastIndex(cursor, "@"); i >= 0 {
+		addr, num = cursor[:i], cursor[i+1:]
+	}
+	pos, err := strconv.ParseUint(num, 10, 64)
+	if err != nil {
+		return 0, 0, fmt.Errorf("lease: list: bad cursor %q", cursor)
+	}
+	for n, node := range nodes {
+		switch c := strings.Compare(node.addr, addr); {
+		case c == 0:
+			return n, pos, nil
+		case c > 0:
+			return n, 0, nil
+		}
+	}
+	return len(nodes), 0, nil
+}
+
+// globMeta are the bytes that SCAN MATCH treats specially.
+var globEscaper = strings.NewReplacer(`\`, `\\`, `*`, `\*`, `?`, `\?`, `[`, `\[`, `]`, `\]`)
+
+// lockPattern turns a glob over user keys into one over lock keys: the
+// prefix matches literally, and '%', '{' and '}' are escaped as redisKeys
+// escapes them (so they match literally too, also inside [...]).
+func (c *Client) lockPattern(pattern string) string {
+	if pattern == "" {
+		pattern = "*"
+	}
+	return globEscaper.Replace(c.prefix) + "{" + keyEscaper.Replace(pattern) + "}:l"
+}
+
+var keyEscaper = strings.NewReplacer("%", "%25", "{", "%7B", "}", "%7D")
+
+// userKey maps the name of one of a lease's keys (the lock, suffix ":l";
+// the channel, ":c") back to the user's key; ok is false for a name the
+// runtime would not have made.
+func (c *Client) userKey(name, suffix string) (string, bool) {
+	s, ok := strings.CutPrefix(name, c.prefix+"{")
+	if !ok {
+		return "", false
+	}
+	if s, ok = strings.CutSuffix(s, "}"+suffix); !ok || strings.ContainsAny(s, "{}") {
+		return "", false
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] != '%' {
+			b.WriteByte(s[i])
+			continue
+		}
+		if i+2 >= len(s) {
+			return "", false
+		}
+		switch s[i+1 : i+3] {
+		case "25":
+			b.WriteByte('%')
+		case "7B":
+			b.WriteByte('{')
+		case "7D":
+			b.WriteByte('}')
+		default:
+			return "", false
+		}
+		i += 2
+	}
+	return b.String(), true
+}
+
+// inspectMany inspects keys in one pipeline (on a Cluster, one per node).
+func (c *Client) inspectMany(ctx context.Context, keys []string) ([]Info, error) {
+	if len(keys) == 0 {
+		return nil, nil
+	}
+	args := func(key string) []string {
+		k := redisKeys(c.prefix, key)
+		return []string{k.lock, k.fence, k.queue, k.qexp}
+	}
+	cmds := make([]*redis.Cmd, len(keys))
+	run := func(eval func(p redis.Pipeliner, keys []string) *redis.Cmd) bool {
+		_, _ = c.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+			for i, key := range keys {
+				cmds[i] = eval(p, args(key))
+			}
+			return nil
+		}) // each command's error is looked at below
+		return slices.ContainsFunc(cmds, func(cmd *redis.Cmd) bool { return redis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") })
+	}
+	if run(func(p redis.Pipeliner, keys []string) *redis.Cmd {
+		return inspectScript.EvalSha(ctx, p, keys, maxWaiters)
+	}) {
+		// Not loaded on some server (a restart, SCRIPT FLUSH): send it whole.
+		run(func(p redis.Pipeliner, keys []string) *redis.Cmd { return inspectScript.Eval(ctx, p, keys, maxWaiters) })
+	}
+	var infos []Info
+	for i, cmd := range cmds {
+		reply, err := cmd.Slice()
+		switch {
+		case err == nil:
+		case redis.HasErrorPrefix(err, "WRONGTYPE"):
+			continue // not a lease
+		default:
+			return infos, fmt.Errorf("lease: inspect key %q: %w", keys[i], err)
+		}
+		info, err := parseInfo(keys[i], reply)
+		if err != nil {
+			return infos, err
+		}
+		infos = append(infos, info)
+	}
+	return infos, nil
+}
+
+// ForceResult says what ForceRelease found and did.
+type ForceResult int
+
+const (
+	// ForceReleased: the identity held the lease; it was deleted, or
+	// handed to the first live waiter, and its holder will find it lost.
+	ForceReleased ForceResult = iota + 1
+	// ForceHoldEnded: the identity's call had returned and a hold-min kept
+	// the lease; the hold was ended and the waiters woken.
+	ForceHoldEnded
+	// ForceNotHeld: the key was free, or the identity's lease had already
+	// ended. Nothing was changed.
+	ForceNotHeld
+	// ForceHeldByOther: another identity holds the key (the lease was
+	// released and taken again since it was inspected). Nothing was
+	// changed.
+	ForceHeldByOther
+)
+
+func (r ForceResult) String() string {
+	switch r {
+	case ForceReleased:
+		return "released"
+	case ForceHoldEnded:
+		return "hold ended"
+	case ForceNotHeld:
+		return "not held"
+	case ForceHeldByOther:
+		return "held by another"
+	}
+	return "ForceResult(" + strconv.Itoa(int(r)) + ")"
+}
+
+// ForceRelease ends the lease on key if, and only if, identity (an
+// Info.Holder from Inspect or List) still holds it: a compare-and-delete,
+// so a lease released and taken again since it was inspected is never
+// touched (ForceHeldByOther). The release is the holder's own release
+// script run on its behalf: the first live waiter gets the lease at once,
+// and the waiters are notified. The holder is told as an ordinary loss:
+// its next renewal (within a third of its TTL) or its release finds the
+// lease gone, its function's context is cancelled with a cause wrapping
+// ErrLost that says it was released from outside, and its Do returns an
+// error wrapping ErrLost.
+//
+// A lease in its hold-min (Info.Hold: the holder's call has returned) has
+// its hold ended: the key is deleted and the waiters race for it as when
+// a hold runs out (ForceHoldEnded).
+//
+// The result is nil only for a parsed reply; otherwise, as for Do, the
+// error wraps ErrUnknown (sent, no reply: the release may have happened)
+// or ErrRefused. The calls are safe to repeat.
+func (c *Client) ForceRelease(ctx context.Context, key, identity string) (ForceResult, error) {
+	if key == "" {
+		return 0, fmt.Errorf("%w: empty key", ErrBadKey)
+	}
+	if !isIdentity(identity) {
+		return 0, fmt.Errorf("lease: ForceRelease(%q, %q): not a holder's identity (32 hex digits, see Info.Holder)", key, identity)
+	}
+	k := redisKeys(c.prefix, key)
+	fail := func(err error) (ForceResult, error) {
+		class := ErrUnknown
+		if classify(err) != outUnknown {
+			class = ErrRefused
+		}
+		return 0, fmt.Errorf("%w: force release of key %q: %w", class, key, err)
+	}
+	var get *redis.StringCmd
+	var pttl *redis.DurationCmd
+	if _, err := c.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		get, pttl = p.Get(ctx, k.lock), p.PTTL(ctx, k.lock)
+		return nil
+	}); err != nil && !errors.Is(err, redis.Nil) {
+		return fail(err)
+	}
+	v := get.Val()
+	switch {
+	case v == "":
+		return ForceNotHeld, nil
+	case strings.HasPrefix(v, "~"+identity+":"):
+		return c.endHold(ctx, k, key, identity, fail)
+	case !strings.HasPrefix(v, identity+":"):
+		return ForceHeldByOther, nil
+	}
+	res, err := c.releaseAs(ctx, k, identity, "", 0, "x")
+	if err != nil {
+		return fail(err)
+	}
+	switch res {
+	case 1:
+		// The holder learns of the release at its next renewal or its own
+		// release, at most its remaining TTL from now: the tombstone that
+		// names the cause must last that long.
+		if left := pttl.Val(); left > 0 {
+			_ = c.rdb.PExpire(ctx, k.tomb+identity, left+c.tombTTL()).Err()
+		}
+		// Best effort, for watchers (leasectl watch): a handover already
+		// named its waiter, a plain delete published nothing. A one-letter
+		// message wakes every waiter of the key to look again.
+		_ = c.rdb.Publish(ctx, k.channel, "x").Err()
+		return ForceReleased, nil
+	case 2:
+		// The holder released with a hold-min in between.
+		return c.endHold(ctx, k, key, identity, fail)
+	case 0:
+		return ForceNotHeld, nil
+	default:
+		return ForceHeldByOther, nil
+	}
+}
+
+// endHold ends identity's hold-min on key early (endhold.lua).
+func (c *Client) endHold(ctx context.Context, k keys, key, identity string, fail func(error) (ForceResult, error)) (ForceResult, error) {
+	res, err := endholdScript.Run(ctx, c.rdb, []string{k.lock, k.channel, k.tomb + identity}, identity, "PUBLISH", ms(c.tombTTL())).Int64()
+	if err != nil {
+		return fail(err)
+	}
+	switch res {
+	case 1:
+		return ForceHoldEnded, nil
+	case 0:
+		return ForceNotHeld, nil
+	}
+	return ForceHeldByOther, nil
+}
+
+// isIdentity reports whether s has the form of a grant's identity (newID).
+func isIdentity(s string) bool {
+	if len(s) != 32 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,250 @@
+package lease
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// ChangeKind is what Watch saw happen to a lease.
+type ChangeKind int
+
+const (
+	// ChangeHeld: the lease was held when Watch started.
+	ChangeHeld ChangeKind = iota + 1
+	// ChangeGranted: the lease was granted to a new holder (Change.Info).
+	ChangeGranted
+	// ChangeHoldStarted: the holder returned and released the lease with a
+	// hold-min; it ends when its TTL runs out.
+	ChangeHoldStarted
+	// ChangeEnded: the holder's lease ended (Change.Info is the last state seen;
+	// Change.How says how, when known).
+	ChangeEnded
+)
+
+func (k ChangeKind) String() string {
+	switch k {
+	case ChangeHeld:
+		return "held"
+	case ChangeGranted:
+		return "granted"
+	case ChangeHoldStarted:
+		return "hold"
+	case ChangeEnded:
+		return "ended"
+	}
+	return fmt.Sprintf("ChangeKind(%d)", int(k))
+}
+
+// Change is one change of a lease that Watch saw.
+type Change struct {
+	Kind ChangeKind
+	At   time.Time
+	Info Info // after the change; for ChangeEnded, the last state seen
+	// How a lease ended (ChangeEnded), as far as the runtime can tell: "released" (by
+	// its holder), "force-released" (ForceRelease), "handed over" (its
+	// holder released it to the first waiter), "hold ended"
+	// (ForceRelease during a hold-min), "hold ran out", "expired" (its TTL
+	// ran out, or its key was deleted by hand), or "" when it ended unseen
+	// (released, or expired, between two looks more than a second apart).
+	How string
+}
+
+// Watch reports changes of the leases whose keys match pattern (as List)
+// to fn, from one goroutine, until ctx ends; it then returns nil. It first
+// reports every lease held (ChangeHeld), then grants, hold-min releases and
+// endings as it sees them.
+//
+// Two sources: the keys' release channels (one PSUBSCRIBE on their
+// pattern: a release handing the lease to a waiter, a hold-min release, a
+// forced release), which make Watch look at that key at once; and a
+// listing every interval, which finds grants and the releases nobody was
+// notified of (a release with no waiter publishes nothing). A lease granted
+// and released within one interval may go unseen. Keyspace notifications
+// are not used: servers have them off by default, they cost every write,
+// and on a Cluster each node sends only its own.
+func (c *Client) Watch(ctx context.Context, pattern string, every time.Duration, fn func(Change)) error {
+	if every <= 0 {
+		return fmt.Errorf("lease: Watch: interval %v, need > 0", every)
+	}
+	// An ACL allows PSUBSCRIBE only of a channel pattern it names
+	// literally: with the precise pattern refused, all lease channels
+	// (prefix{*}:c) will do, keeping messages of the leases watched.
+	precise, all := c.notePattern(pattern), c.notePattern("*")
+	ps, err := psubscribe(ctx, c.rdb, precise)
+	filter := false
+	if err != nil && precise != all && redis.HasErrorPrefix(err, "NOPERM") {
+		ps, err = psubscribe(ctx, c.rdb, all)
+		filter = true
+	}
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return fmt.Errorf("lease: watch: PSUBSCRIBE %s: %w (an ACL user needs the channel pattern &%s)", all, err, all)
+	}
+	defer ps.Close()
+	msgs := ps.Channel()
+	w := &changeWatch{c: c, fn: fn, seen: map[string]seenLease{}, notes: map[string]string{}}
+	if err := w.scan(ctx, pattern, true); err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return err
+	}
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+			if err := w.scan(ctx, pattern, false); err != nil && ctx.Err() == nil {
+				return err
+			}
+		case m, ok := <-msgs:
+			if !ok {
+				return errors.New("lease: watch: the subscription closed")
+			}
+			key, ok := c.userKey(m.Channel, ":c")
+			if _, seen := w.seen[key]; !ok || filter && !seen {
+				continue // not watched; a new lease is found by the listing
+			}
+			w.notes[key] = m.Payload
+			info, err := c.Inspect(ctx, key)
+			if err != nil {
+				if ctx.Err() != nil {
+					return nil
+				}
+				return err
+			}
+			w.update(ctx, info)
+		}
+	}
+}
+
+// psubscribe subscribes to pattern and waits for the confirmation.
+func psubscribe(ctx context.Context, rdb redis.UniversalClient, pattern string) (*redis.PubSub, error) {
+	ps := rdb.PSubscribe(ctx, pattern)
+	if _, err := ps.Receive(ctx); err != nil {
+		ps.Close()
+		return nil, err
+	}
+	return ps, nil
+}
+
+// notePattern is the PSUBSCRIBE pattern of the release channels of the
+// keys pattern matches.
+func (c *Client) notePattern(pattern string) string {
+	p := c.lockPattern(pattern)
+	return strings.TrimSuffix(p, ":l") + ":c"
+}
+
+type seenLease struct {
+	info Info
+	at   time.Time // when info was read
+}
+
+type changeWatch struct {
+	c     *Client
+	fn    func(Change)
+	seen  map[string]seenLease // held leases, by key
+	notes map[string]string    // the last notification per key, until used
+}
+
+// scan lists the leases and reports what changed since the last look; a
+// key no longer listed is inspected on its own (SCAN lists every key
+// present for the whole scan, so a missing one was free at some point).
+func (w *changeWatch) scan(ctx context.Context, pattern string, first bool) error {
+	listed := map[string]bool{}
+	for cursor := ""; ; {
+		page, next, err := w.c.List(ctx, pattern, cursor)
+		if err != nil {
+			return err
+		}
+		for _, info := range page {
+			listed[info.Key] = true
+			if first {
+				w.seen[info.Key] = seenLease{info, time.Now()}
+				w.fn(Change{Kind: ChangeHeld, At: time.Now(), Info: info})
+				continue
+			}
+			w.update(ctx, info)
+		}
+		if cursor = next; cursor == "" {
+			break
+		}
+	}
+	for key := range w.seen {
+		if listed[key] {
+			continue
+		}
+		info, err := w.c.Inspect(ctx, key)
+		if err != nil {
+			return err
+		}
+		w.update(ctx, info)
+	}
+	return nil
+}
+
+// update reports the change from what was last seen of info.Key to info.
+func (w *changeWatch) update(ctx context.Context, info Info) {
+	now := time.Now()
+	old, had := w.seen[info.Key]
+	note := w.notes[info.Key]
+	delete(w.notes, info.Key)
+	if had && old.info.Holder != info.Holder {
+		how := w.how(ctx, old, info, note, now)
+		w.fn(Change{Kind: ChangeEnded, At: now, Info: old.info, How: how})
+		had = false
+	}
+	switch {
+	case info.Free():
+		delete(w.seen, info.Key)
+		return
+	case !had:
+		w.fn(Change{Kind: ChangeGranted, At: now, Info: info})
+	case info.Hold && !old.info.Hold:
+		w.fn(Change{Kind: ChangeHoldStarted, At: now, Info: info})
+	}
+	w.seen[info.Key] = seenLease{info, now}
+}
+
+// how tells how old's lease ended: from the identity's release tombstone
+// while it lasts, the notification, or the TTL last seen.
+func (w *changeWatch) how(ctx context.Context, old seenLease, now Info, note string, at time.Time) string {
+	k := redisKeys(w.c.prefix, old.info.Key)
+	tctx, cancel := context.WithTimeout(ctx, time.Second)
+	tomb, err := w.c.rdb.Get(tctx, k.tomb+old.info.Holder).Result()
+	cancel()
+	if err != nil {
+		tomb = ""
+	}
+	switch {
+	case tomb == "x" || note == "x" && !old.info.Hold:
+		return "force-released"
+	case tomb == "e" || note == "x" && old.info.Hold:
+		return "hold ended"
+	case note != "" && note == now.Holder:
+		return "handed over"
+	case tomb == "1":
+		return "released"
+	case tomb == "h" || old.info.Hold:
+		return "hold ran out"
+	case at.Sub(old.at) < minTombLife:
+		// Every release through the runtime leaves a tombstone that
+		// lives at least this long, and there is none.
+		return "expired"
+	case old.info.TTL > 0 && at.Before(old.at.Add(old.info.TTL)):
+		return "released" // before its TTL could have run out
+	}
+	return "" // expired, or released unseen
+}
+
+// minTombLife is the shortest life of a release's tombstone (see tombTTL).
+const minTombLife = time.Second
