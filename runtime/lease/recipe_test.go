@@ -139,7 +139,7 @@ func TestACLRecipeWithReplicas(t *testing.T) {
 	if err := srv.Client(t).ScriptFlush(context.Background()).Err(); err != nil {
 		t.Fatal(err)
 	}
-	s := lease.Spec{TTL: time.Second, Deadline: 5 * time.Second, Fence: true}
+	s := lease.Spec{TTL: 5 * time.Second, Deadline: 10 * time.Second, Fence: true}
 	if err := c.Do(context.Background(), "acl-replicated", s, func(context.Context) error { return nil }); err != nil {
 		t.Fatal(err)
 	}

@@ -242,16 +242,21 @@ func (s *Server) Client(t testing.TB, adjust ...func(*redis.Options)) *redis.Cli
 	return rdb
 }
 
-// do runs one command on the helpers' own connection, bounded by a second
-// so that a paused server cannot stall a wait loop.
-func (s *Server) do(ctx context.Context, args ...any) *redis.Cmd {
-	s.mu.Lock()
+// ensureAdmin makes the helpers' own client (s.mu held).
+func (s *Server) ensureAdmin() {
 	if s.admin == nil {
 		s.admin = redis.NewClient(&redis.Options{
 			Addr: s.Addr(), TLSConfig: s.TLSConfig(), Protocol: 2,
 			MaxRetries: -1, DialTimeout: time.Second, ContextTimeoutEnabled: true, PoolSize: 2,
 		})
 	}
+}
+
+// do runs one command on the helpers' own connection, bounded by a second
+// so that a paused server cannot stall a wait loop.
+func (s *Server) do(ctx context.Context, args ...any) *redis.Cmd {
+	s.mu.Lock()
+	s.ensureAdmin()
 	rdb := s.admin
 	s.mu.Unlock()
 	ctx, cancel := context.WithTimeout(ctx, time.Second)

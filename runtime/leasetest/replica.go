@@ -46,8 +46,10 @@ func (s *Server) WaitReplicas(t testing.TB, replicas ...*Server) {
 }
 
 // WaitSync is WaitReplicas bounded by ctx instead of a test: it returns
-// nil once every replica given replicates s with its link up and has
-// applied s's replication offset as of the call.
+// nil once every replica given replicates s with its link up, has applied
+// s's replication offset as of the call, and s counts it online (only then
+// does WAIT count its acknowledgements: a replica whose link is up can
+// still be in wait_bgsave on the primary's side).
 func (s *Server) WaitSync(ctx context.Context, replicas ...*Server) error {
 	info, err := s.info(ctx, "replication")
 	if err != nil {
@@ -60,8 +62,58 @@ func (s *Server) WaitSync(ctx context.Context, replicas ...*Server) error {
 				return err
 			}
 		}
-		return nil
+		if err := s.online(ctx, replicas); err != nil {
+			return err
+		}
+		return s.acknowledged(ctx, len(replicas))
 	})
+}
+
+// acknowledged checks that n replicas acknowledge a write (WAIT): after a
+// full sync a primary streams nothing to a replica until the replica's
+// first REPLCONF ACK, up to a second later, and WAIT would time out.
+func (s *Server) acknowledged(ctx context.Context, n int) error {
+	s.mu.Lock()
+	s.ensureAdmin()
+	rdb := s.admin
+	s.mu.Unlock()
+	ctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	pipe := rdb.Pipeline() // one connection: WAIT covers its own writes
+	pipe.Set(ctx, "leasetest:sync", "1", time.Second)
+	pipe.Del(ctx, "leasetest:sync")
+	wait := pipe.Do(ctx, "WAIT", n, 200)
+	if _, err := pipe.Exec(ctx); err != nil {
+		return err
+	}
+	if got, _ := wait.Int(); got < n {
+		return fmt.Errorf("%s: %d of %d replicas acknowledged a write", s.Addr(), got, n)
+	}
+	return nil
+}
+
+// online reports why s does not count every replica given as online, or
+// nil.
+func (s *Server) online(ctx context.Context, replicas []*Server) error {
+	info, err := s.info(ctx, "replication")
+	if err != nil {
+		return err
+	}
+	for _, r := range replicas {
+		found := false
+		for k, v := range info {
+			if strings.HasPrefix(k, "slave") && strings.Contains(v, "port="+strconv.Itoa(r.port)+",") {
+				found = true
+				if !strings.Contains(v, "state=online") {
+					return fmt.Errorf("%s: %s sees replica %s as %s", s.Addr(), s.Addr(), r.Addr(), v)
+				}
+			}
+		}
+		if !found {
+			return fmt.Errorf("%s: replica %s not attached", s.Addr(), r.Addr())
+		}
+	}
+	return nil
 }
 
 // syncedTo reports why s is not (yet) a replica of m with its link up and
