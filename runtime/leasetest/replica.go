@@ -79,9 +79,10 @@ func (s *Server) acknowledged(ctx context.Context, n int) error {
 	s.mu.Unlock()
 	ctx, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
-	pipe := rdb.Pipeline() // one connection: WAIT covers its own writes
-	pipe.Set(ctx, "leasetest:sync", "1", time.Second)
-	pipe.Del(ctx, "leasetest:sync")
+	// One connection: WAIT covers its own writes. PUBLISH goes into the
+	// replication stream and touches no key (no MOVED on a Cluster node).
+	pipe := rdb.Pipeline()
+	pipe.Publish(ctx, "leasetest:sync", "1")
 	wait := pipe.Do(ctx, "WAIT", n, 200)
 	if _, err := pipe.Exec(ctx); err != nil {
 		return err
