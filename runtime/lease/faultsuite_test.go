@@ -417,6 +417,47 @@ func TestFault14DeadlineUnderContention(t *testing.T) {
 // with blackholes, delays, cut replies and server pauses. Invariants: no
 // work on unknown, low-validity or busy outcomes; a fenced write rejected
 // as stale only under a lease Do reports as lost; observer counts match.
+// injectFaults injects a fault every gap to 3×gap into one of the proxies
+// (or the server) until stop closes: replies blackholed or delayed for a
+// while, one reply cut, the server paused, the connections reset (if
+// resets), or a quiet period. It counts the faults.
+func injectFaults(stop <-chan struct{}, srv *leasetest.Server, proxies []*leasetest.Proxy, gap time.Duration, resets bool, faults *atomic.Int64) {
+	kinds := 5
+	if resets {
+		kinds = 6
+	}
+	for {
+		select {
+		case <-stop:
+			return
+		case <-time.After(gap + time.Duration(rand.Int64N(int64(2*gap)))):
+		}
+		faults.Add(1)
+		p := proxies[rand.IntN(len(proxies))]
+		d := time.Duration(50+rand.IntN(300)) * time.Millisecond
+		switch rand.IntN(kinds) {
+		case 0:
+			p.Set(leasetest.Blackhole)
+			time.Sleep(d)
+			p.Set(leasetest.Pass)
+		case 1:
+			p.SetDelay(d / 3)
+			time.Sleep(d)
+			p.Set(leasetest.Pass)
+		case 2:
+			p.Set(leasetest.CutNextReply)
+		case 3:
+			srv.Pause()
+			time.Sleep(d / 2)
+			srv.Resume()
+		case 4:
+			// a quiet period
+		case 5:
+			p.CloseConns()
+		}
+	}
+}
+
 func TestFault15Soak(t *testing.T) {
 	srv := leasetest.StartRedis(t)
 	const holders = 4
@@ -437,33 +478,7 @@ func TestFault15Soak(t *testing.T) {
 	fwg.Add(1)
 	go func() { // the fault injector
 		defer fwg.Done()
-		for {
-			select {
-			case <-stop:
-				return
-			case <-time.After(time.Duration(100+rand.IntN(200)) * time.Millisecond):
-			}
-			faults.Add(1)
-			p := proxies[rand.IntN(holders)]
-			d := time.Duration(50+rand.IntN(350)) * time.Millisecond
-			switch rand.IntN(5) {
-			case 0:
-				p.Set(leasetest.Blackhole)
-				time.Sleep(d)
-				p.Set(leasetest.Pass)
-			case 1:
-				p.SetDelay(d / 2)
-				time.Sleep(d)
-				p.Set(leasetest.Pass)
-			case 2:
-				p.Set(leasetest.CutNextReply)
-			case 3:
-				srv.Pause()
-				time.Sleep(d)
-				srv.Resume()
-			default: // a quiet period
-			}
-		}
+		injectFaults(stop, srv, proxies, 100*time.Millisecond, false, &faults)
 	}()
 	type tally struct{ calls, entered, unknown, lost, busy, low, stale, other int }
 	tallies := make([]tally, holders)

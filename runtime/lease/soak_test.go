@@ -86,37 +86,13 @@ func TestFault16MixedSoak(t *testing.T) {
 	var faults, closes atomic.Int64
 	var bg sync.WaitGroup
 	bg.Add(2)
-	go func() { // the fault injector
+	go func() {
 		defer bg.Done()
-		for {
-			select {
-			case <-stop:
-				return
-			case <-time.After(time.Duration(50+rand.IntN(150)) * time.Millisecond):
-			}
-			faults.Add(1)
-			p := hs[rand.IntN(holders)].proxy
-			d := time.Duration(50+rand.IntN(300)) * time.Millisecond
-			switch rand.IntN(6) {
-			case 0:
-				p.Set(leasetest.Blackhole)
-				time.Sleep(d)
-				p.Set(leasetest.Pass)
-			case 1:
-				p.SetDelay(d / 3)
-				time.Sleep(d)
-				p.Set(leasetest.Pass)
-			case 2:
-				p.Set(leasetest.CutNextReply)
-			case 3:
-				srv.Pause()
-				time.Sleep(d / 2)
-				srv.Resume()
-			case 4:
-				p.CloseConns()
-			default: // a quiet period
-			}
+		proxies := make([]*leasetest.Proxy, len(hs))
+		for i, h := range hs {
+			proxies[i] = h.proxy
 		}
+		injectFaults(stop, srv, proxies, 50*time.Millisecond, true, &faults)
 	}()
 	go func() { // Close a holder's Client while it works, and replace it
 		defer bg.Done()
