@@ -3,7 +3,7 @@
 // leasegen: the wrappers leasegen generates from //lease:lock directives call
 // only [Client.Do], and code can call Do directly.
 //
-//	leases, err := lease.New(rdb) // rdb: a *redis.Client or *redis.ClusterClient
+//	leases, err := lease.New(rdb) // rdb: a *redis.Client or *redis.ClusterClient with ContextTimeoutEnabled
 //	...
 //	err = leases.Do(ctx, "orders:"+lease.KeyPart(orderID),
 //		lease.Spec{TTL: 10 * time.Second, Deadline: time.Minute, Wait: 2 * time.Second, Fence: true},
@@ -22,20 +22,25 @@
 //   - Acquire. One round trip: a Lua script grants the lease to a fresh
 //     128-bit identity of this attempt (with [Spec.Fence], minting the
 //     fencing token in the same script), or answers busy with the holder's
-//     remaining TTL. The script is safe to replay: when go-redis re-sends it
-//     after a lost reply, the key already holds this attempt's identity and
-//     the answer is "granted" again, with the same token, never busy. A
+//     remaining TTL; an unfenced call that will not wait uses a plain
+//     SET NX PX. Both are safe to replay: when go-redis re-sends after a
+//     lost reply, the key already holds this attempt's identity and the
+//     answer is "granted" again, with the same token, never busy. A
 //     monotonic clock starts before the request is sent; the grant is valid
 //     until send time + TTL − drift (drift: 1% of TTL + 2ms). A grant with
 //     less than [Spec.MinValidity] left is released and Do returns
 //     [ErrLowValidity].
-//   - Wait. A busy lease is waited for at most [Spec.Wait]: the waiter
-//     sleeps until a release notification on the key's channel (one shared
-//     subscription per Client) or the holder's TTL runs out, then tries
-//     again. A missed notification costs at most a bounded re-check, and a
-//     last attempt is always made before Do gives up with [ErrBusy] (or,
-//     with [BusySkip], returns nil without calling fn). Waiting stops early
-//     when fn could no longer get its MinValidity within the budget.
+//   - Wait. A caller that will wait ([Spec.Wait]) joins the key's queue,
+//     shared by every process; a release hands the lease straight to the
+//     first live waiter and names it on the key's channel (one shared
+//     subscription per Client), so the lease goes to the longest waiter,
+//     not to whoever loops fastest, and a releasing process that asks again
+//     goes to the back. A waiter also looks again when the holder's TTL
+//     runs out and at least every re-check interval ([WithRecheck]), so a
+//     missed notification costs at most that, and it always makes a last
+//     attempt before giving up with [ErrBusy] (or, with [BusySkip],
+//     returning nil without calling fn). Waiting stops early when fn could
+//     no longer get its MinValidity within the budget; the error says so.
 //   - Run and renew. fn runs with a context that carries the lease
 //     ([FromContext], [TokenFrom]) and ends before the release reserve.
 //     Every TTL/3 a compare-identity PEXPIRE renews the lease: a confirmed
@@ -92,6 +97,15 @@
 // lease's remaining validity, and Fence under an unfenced outer lease is an
 // error, never a silently missing token. Different keys nest normally;
 // [TokenFrom] returns the token of the innermost fenced lease.
+//
+// # Kept leases
+//
+// With [Spec.Keep], a call does not release its lease when fn returns: the
+// Client keeps it, renewed, for up to Keep, and the next call on the key in
+// the same Client enters at once (no round trip, the same token) if the
+// lease suits it. A waiter in another process makes the Client release it
+// as soon as no call uses it. A kept lease that is lost is forgotten, and
+// Close releases kept leases.
 //
 // # Failure model
 //
