@@ -167,17 +167,18 @@ func (a *call) newAttempt() {
 	b.Grow(n + 2 + len(a.k.tomb) + n)
 	var h [32]byte
 	hex.Encode(h[:], raw[:])
-	id := func() {
-		b.Write(h[:])
-		if a.owner != "" {
-			b.WriteByte(ownerSep)
-			b.WriteString(a.owner)
-		}
+	b.Write(h[:])
+	if a.owner != "" {
+		b.WriteByte(ownerSep)
+		b.WriteString(a.owner)
 	}
-	id()
 	b.WriteString(":0")
 	b.WriteString(a.k.tomb)
-	id()
+	b.Write(h[:])
+	if a.owner != "" {
+		b.WriteByte(ownerSep)
+		b.WriteString(a.owner)
+	}
 	s := b.String()
 	a.id, a.idValue, a.tomb = s[:n], s[:n+2], s[n+2:]
 }
