@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -308,6 +309,11 @@ func run(ctx context.Context, cfg config) (err error) {
 	}
 	fmt.Printf("  returned after %v: %v\n", time.Since(start).Round(10*time.Millisecond), err)
 
+	fmt.Println("\n5. Three nodes campaign for the settlement loop (//lease:leader): one runs it at a time; a shutdown hands it over at once.")
+	if err := settleAsLeaders(ctx, rdb, observers, cfg.prefix, ledger, leases); err != nil {
+		return err
+	}
+
 	printDashboard(os.Stdout, metrics)
 	if v, _ := s.ledger.Value(ctx, "stock:sku-7"); v != -2 {
 		return fmt.Errorf("stock:sku-7 = %d, want -2 (only node B's write)", v)
@@ -315,5 +321,90 @@ func run(ctx context.Context, cfg config) (err error) {
 	if obs.get(lease.EventStaleWriteRejected) != 1 {
 		return fmt.Errorf("observer saw %d stale writes, want 1", obs.get(lease.EventStaleWriteRejected))
 	}
+	return nil
+}
+
+// settleAsLeaders runs step 5: three nodes (each with its own lease
+// Client, as three processes would have) run SettleLoopAsLeader; each
+// leader settles two batches and shuts down, handing the loop to the next.
+// A watcher on the main Client follows the leaders. It checks that one
+// node led at a time, in increasing terms, and that every batch was
+// booked once.
+func settleAsLeaders(ctx context.Context, rdb *redis.Client, obs lease.Observer, prefix string, ledger Ledger, watcher *lease.Client) error {
+	const key = "jobs:settle-loop"
+	wctx, stopWatch := context.WithCancel(ctx)
+	defer stopWatch()
+	var seen []string
+	watched := make(chan struct{})
+	watch := func() { // from the first term on: each handover is reported
+		defer close(watched)
+		for l := range watcher.WatchLeader(wctx, key) {
+			if l.Owner != "" && (len(seen) == 0 || seen[len(seen)-1] != l.Owner) {
+				seen = append(seen, l.Owner)
+			}
+		}
+	}
+	batches := make(chan batch)
+	type node struct {
+		stop context.CancelFunc
+		done chan error
+	}
+	nodes := map[string]*node{}
+	defer func() { // every node stops and returns before its Client closes
+		for _, n := range nodes {
+			n.stop()
+			<-n.done
+		}
+	}()
+	for i := 1; i <= 3; i++ {
+		c, err := lease.New(rdb, lease.WithObserver(obs), lease.WithPrefix(prefix), lease.WithCounterTTL(counterTTL))
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		name := fmt.Sprintf("node-%d", i)
+		s := &Server{leases: c, node: name, ledger: ledger, batches: batches}
+		nctx, stop := context.WithCancel(ctx)
+		n := &node{stop: stop, done: make(chan error, 1)}
+		nodes[name] = n
+		go func() { n.done <- s.SettleLoopAsLeader(nctx) }()
+	}
+	var last lease.Token
+	var order []string
+	stoppedAt := time.Time{}
+	for stopped := 0; stopped < 3; {
+		b := <-batches
+		switch {
+		case b.n == 1 && (len(order) > 0 && b.node == order[len(order)-1] || b.term <= last):
+			return fmt.Errorf("settlement loop: %s started term %d after %v (term %d): want another node and a greater term", b.node, b.term, order, last)
+		case b.n == 1 && stoppedAt.IsZero():
+			fmt.Printf("  %s leads (term %d)\n", b.node, b.term)
+			go watch()
+		case b.n == 1:
+			fmt.Printf("  %s took over in %v (term %d)\n", b.node, round(time.Since(stoppedAt)), b.term)
+		}
+		if b.n == 1 {
+			order, last = append(order, b.node), b.term
+		}
+		if b.n == 2 { // two batches settled: this node shuts down
+			fmt.Printf("  %s: settled batches 1 and 2; shutting down\n", b.node)
+			stoppedAt = time.Now()
+			nodes[b.node].stop()
+			if err := <-nodes[b.node].done; err != nil {
+				return fmt.Errorf("%s: %w", b.node, err)
+			}
+			delete(nodes, b.node)
+			stopped++
+		}
+	}
+	if v, err := ledger.Value(ctx, "settlements"); err != nil || v != 6 {
+		return fmt.Errorf("settlements = %d (%v), want 6: two batches under each of three leaders", v, err)
+	}
+	stopWatch()
+	<-watched
+	if !slices.Equal(seen, order) {
+		return fmt.Errorf("the watcher saw leaders %v, want %v", seen, order)
+	}
+	fmt.Printf("  a watcher saw the leaders change: %s\n", strings.Join(seen, " -> "))
 	return nil
 }

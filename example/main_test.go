@@ -17,7 +17,8 @@ import (
 )
 
 // The example checks its own story (one charge, skips, a rejected late
-// write, a cut-off export) and fails on any deviation; run it against a
+// write, a cut-off export, one settlement leader at a time) and fails on
+// any deviation; run it against a
 // real redis-server and against the embedded default.
 func TestExampleOnRealRedis(t *testing.T) {
 	srv := leasetest.StartRedis(t)
@@ -101,15 +102,15 @@ func TestExampleServesMetrics(t *testing.T) {
 		t.Fatal(err)
 	}
 	for series, want := range map[string]float64{
-		`lease_calls_total{lease_outcome="lost"}`:                 1, // node A
-		`lease_calls_total{lease_outcome="deadline"}`:             1, // the export
-		`lease_calls_total{lease_outcome="skipped"}`:              2, // two settlement nodes
-		`lease_calls_total{lease_outcome="granted"}`:              7, // 5 charges, 1 settlement, node B
+		`lease_calls_total{lease_outcome="lost"}`:                 1,  // node A
+		`lease_calls_total{lease_outcome="deadline"}`:             1,  // the export
+		`lease_calls_total{lease_outcome="skipped"}`:              2,  // two settlement nodes
+		`lease_calls_total{lease_outcome="granted"}`:              10, // 5 charges, 1 settlement, node B, 3 leader terms
 		`lease_calls_total{lease_outcome="unknown"}`:              0,
 		`fence_stale_writes_total{}`:                              1,
 		`lease_active{}`:                                          0,
 		`lease_waiting{}`:                                         0,
-		`lease_releases_total{lease_result="confirmed"}`:          8,
+		`lease_releases_total{lease_result="confirmed"}`:          11,
 		`lease_hold_duration_seconds_count{lease_outcome="lost"}`: 1,
 	} {
 		if got, ok := scraped[series]; !ok || got != want {

@@ -26,10 +26,19 @@ type Receipt struct {
 // Server charges orders once each, whatever the number of workers.
 type Server struct {
 	leases *lease.Client
+	node   string // this node's name: its identity as a leader candidate
 
 	mu      sync.Mutex
 	charged map[string]Receipt
 	ledger  Ledger
+	batches chan batch // the settlement loop reports each batch here
+}
+
+// batch is one round of the settlement loop.
+type batch struct {
+	node string
+	term lease.Token
+	n    int
 }
 
 // chargeOrder debits the customer once per order.
@@ -88,4 +97,31 @@ func (s *Server) updateStock(ctx context.Context, sku string, delta int64, stall
 	// The write goes out on a context of its own, as a write already in
 	// flight would: only the resource's token check can stop it now.
 	return s.ledger.Add(context.WithoutCancel(ctx), st, "stock:"+sku, delta)
+}
+
+// settleLoop settles payments in batches for as long as this node leads:
+// one node runs it at a time, and each batch's ledger write carries the
+// term's fencing token, so a deposed leader's late batch is refused.
+//
+//lease:leader jobs:settle-loop ttl=2s identity=node
+func (s *Server) settleLoop(ctx context.Context) error {
+	st, err := fence.From(ctx)
+	if err != nil {
+		return err
+	}
+	for n := 1; ; n++ {
+		if err := s.ledger.Add(ctx, st, "settlements", 1); err != nil {
+			return err
+		}
+		select {
+		case s.batches <- batch{s.node, st.Token, n}:
+		case <-ctx.Done():
+			return nil
+		}
+		select {
+		case <-time.After(20 * time.Millisecond):
+		case <-ctx.Done():
+			return nil // leadership ended: stop at once
+		}
+	}
 }

@@ -129,8 +129,8 @@ func (g *pkgGen) build() *templates.File {
 	for _, f := range g.files() {
 		for _, d := range g.find(f.Doc) {
 			switch {
-			case d.Name == directive.Lock:
-				g.errorf(d.Slash, "//lease:lock in a package comment: put it in the doc comment of the function it protects")
+			case d.Name == directive.Lock || d.Name == directive.Leader:
+				g.errorf(d.Slash, "//lease:%s in a package comment: put it in the doc comment of the function it protects", d.Name)
 			case g.defaults != nil:
 				g.errorf(d.Slash, "duplicate //lease:defaults (first at %s)", g.errs.where(g.defaults.Slash))
 			default:
@@ -183,20 +183,23 @@ func (g *pkgGen) build() *templates.File {
 	return m
 }
 
-// one returns the single //lease:lock of a doc comment, reporting extras.
+// one returns the single //lease:lock or //lease:leader of a doc comment,
+// reporting extras.
 func (g *pkgGen) one(ds []*directive.Directive) *directive.Directive {
-	var lock *directive.Directive
+	var first *directive.Directive
 	for _, d := range ds {
 		switch {
 		case d.Name == directive.Defaults:
 			g.errorf(d.Slash, "//lease:defaults belongs in the package doc comment, not on a function")
-		case lock != nil:
-			g.errorf(d.Slash, "duplicate //lease:lock (one per function; first at %s)", g.errs.where(lock.Slash))
+		case first != nil && first.Name == d.Name:
+			g.errorf(d.Slash, "duplicate //lease:%s (one per function; first at %s)", d.Name, g.errs.where(first.Slash))
+		case first != nil:
+			g.errorf(d.Slash, "//lease:%s and //lease:%s (at %s) on one function: it is either protected by a lock or run as a leader", d.Name, first.Name, g.errs.where(first.Slash))
 		default:
-			lock = d
+			first = d
 		}
 	}
-	return lock
+	return first
 }
 
 func (g *pkgGen) misplaced(ds []*directive.Directive, what string) {
@@ -215,19 +218,27 @@ func (g *pkgGen) checked(d *directive.Directive) (*directive.Directive, bool) {
 	if len(es) > 0 || m.Invalid || !g.checkSpec(m) {
 		return m, false
 	}
-	g.warnWait(d, m)
+	if m.Name == directive.Lock {
+		g.warnWait(d, m)
+	}
 	return m, true
 }
 
-// funcWrapper builds the model of a function or method wrapper.
+// funcWrapper builds the model of a function or method wrapper: a lock
+// (//lease:lock) or a campaign (//lease:leader, template "leader").
 func (g *pkgGen) funcWrapper(fd *ast.FuncDecl, raw *directive.Directive) *templates.Wrapper {
 	obj, _ := g.pkg.TypesInfo.Defs[fd.Name].(*types.Func)
 	if obj == nil {
 		return nil
 	}
 	sig := obj.Signature()
+	leader := raw.Name == directive.Leader
 	d, ok := g.checked(raw)
-	if !g.checkShape(fd.Name.Pos(), fd.Name.Name, sig) || !ok {
+	shaped := g.checkShape(fd.Name.Pos(), fd.Name.Name, sig)
+	if leader && !g.checkLeaderShape(fd.Name.Pos(), fd.Name.Name, sig) {
+		shaped = false
+	}
+	if !shaped || !ok {
 		return nil
 	}
 	w := &templates.Wrapper{Template: "func", Target: fd.Name.Name, ClientParam: -1}
@@ -248,10 +259,17 @@ func (g *pkgGen) funcWrapper(fd *ast.FuncDecl, raw *directive.Directive) *templa
 			return nil
 		}
 	}
+	if leader {
+		w.Template = "leader" // a function or a method
+	}
 	// The wrapper's name.
 	switch {
 	case d.WrapperName.Set():
 		w.Name = d.WrapperName.V
+	case leader:
+		// settle -> SettleAsLeader; Settle too: the suffix keeps the
+		// name free, and says that the call campaigns until ctx ends.
+		w.Name = exportName(fd.Name.Name) + leaderSuffix
 	case token.IsExported(fd.Name.Name):
 		g.errorf(d.Slash, "%s is exported: give its wrapper a name with name=Ident (and consider unexporting %s so callers cannot bypass the lease)", fd.Name.Name, fd.Name.Name)
 		return nil
@@ -327,6 +345,14 @@ func (g *pkgGen) funcWrapper(fd *ast.FuncDecl, raw *directive.Directive) *templa
 		return nil
 	}
 	w.Client = src.expr
+	// The candidate's identity (leaders), resolved before the parameters
+	// are named: a package-level one is reserved from them.
+	var ident identitySource
+	if leader {
+		if ident, ok = g.identity(d, sig, recvNamed, n); !ok {
+			return nil
+		}
+	}
 
 	orig := map[string]int{}
 	for i := range sig.Params().Len() {
@@ -365,8 +391,17 @@ func (g *pkgGen) funcWrapper(fd *ast.FuncDecl, raw *directive.Directive) *templa
 	}
 	g.locals(w, n)
 	w.Uses, w.Format = q.paths(), q.multiline
-	w.Spec = spec(d, qualifiedName(g.pkg.Name, recvNamed, recvPtr, fd.Name.Name))
-	w.Doc = wrapperDoc(w.Name, fd.Name.Name, fd.Doc, d, len(w.Results))
-	g.protected = append(g.protected, Protected{Func: obj, Decl: fd, Wrapper: w.Name, Fence: d.Fence.Set(), SameParams: w.ClientParam < 0})
+	name := qualifiedName(g.pkg.Name, recvNamed, recvPtr, fd.Name.Name)
+	if leader {
+		w.Lead = leadSpec(d, name, ident.expr(w, orig))
+		w.Doc = leaderDoc(w.Name, fd.Name.Name, fd.Doc, d)
+	} else {
+		w.Spec = spec(d, name)
+		w.Doc = wrapperDoc(w.Name, fd.Name.Name, fd.Doc, d, len(w.Results))
+	}
+	g.protected = append(g.protected, Protected{Func: obj, Decl: fd, Wrapper: w.Name, Fence: d.Fence.Set() || leader, Leader: leader,
+		// A leader's wrapper campaigns until ctx ends: calling it instead
+		// of the function is no mechanical fix.
+		SameParams: w.ClientParam < 0 && !leader})
 	return w
 }

@@ -23,6 +23,7 @@ type Protected struct {
 	Decl    *ast.FuncDecl
 	Wrapper string // the generated wrapper's name (a method when Func is one)
 	Fence   bool   // the lease mints fencing tokens
+	Leader  bool   // a //lease:leader: Wrapper campaigns and runs Func once per term
 	// SameParams: the wrapper takes exactly Func's parameters (no added
 	// *lease.Client), so a call can be redirected by renaming.
 	SameParams bool

@@ -20,7 +20,11 @@ func (g *pkgGen) decorator(ts *ast.TypeSpec, it *ast.InterfaceType) *templates.D
 			continue
 		}
 		if len(f.Names) == 0 {
-			g.errorf(d.Slash, "//lease:lock on an embedded interface: annotate the methods where they are declared")
+			g.errorf(d.Slash, "//lease:%s on an embedded interface: annotate the methods where they are declared", d.Name)
+			continue
+		}
+		if d.Name == directive.Leader {
+			g.errorf(d.Slash, "//lease:leader on an interface method: a leader wraps a function or method that runs for a term (put it on the implementation's method)")
 			continue
 		}
 		dirs[f.Names[0].Name] = d

@@ -16,14 +16,21 @@ import (
 // qualified name (see qualifiedName), the lease's label in observer events.
 func spec(d *directive.Directive, name string) templates.Spec {
 	return templates.Spec{
-		TTL: d.TTL.V, Deadline: d.Deadline.V, Wait: d.Wait.V, MinValidity: d.MinValidity.V, HoldMin: d.HoldMin.V,
+		TTL: d.TTL.V, Deadline: d.Deadline.V, Wait: d.Wait.V, MinValidity: d.MinValidity.V, HoldMin: d.HoldMin.V, Keep: d.Keep.V,
 		Skip: d.Busy.V == "skip", Fence: d.Fence.Set(), Name: name,
 	}
 }
 
+// leadSpec is the lease.LeadSpec of a checked //lease:leader directive;
+// owner is the Go expression of the candidate's name ("" for the
+// runtime's default).
+func leadSpec(d *directive.Directive, name, owner string) *templates.LeadSpec {
+	return &templates.LeadSpec{TTL: d.TTL.V, MinValidity: d.MinValidity.V, Owner: owner, Name: name}
+}
+
 // leaseSpec is the runtime's value of the same spec.
 func leaseSpec(d *directive.Directive) lease.Spec {
-	s := lease.Spec{TTL: d.TTL.V, Deadline: d.Deadline.V, Wait: d.Wait.V, MinValidity: d.MinValidity.V, HoldMin: d.HoldMin.V, Fence: d.Fence.Set()}
+	s := lease.Spec{TTL: d.TTL.V, Deadline: d.Deadline.V, Wait: d.Wait.V, MinValidity: d.MinValidity.V, HoldMin: d.HoldMin.V, Keep: d.Keep.V, Fence: d.Fence.Set()}
 	if d.Busy.V == "skip" {
 		s.Busy = lease.BusySkip
 	}
@@ -35,7 +42,11 @@ func leaseSpec(d *directive.Directive) lease.Spec {
 // checks passed (those name the offending option more precisely), so one
 // problem is reported once.
 func (g *pkgGen) checkSpec(d *directive.Directive) bool {
-	if err := leaseSpec(d).Check(); err != nil {
+	check := leaseSpec(d).Check
+	if d.Name == directive.Leader {
+		check = lease.LeadSpec{TTL: d.TTL.V, MinValidity: d.MinValidity.V}.Check
+	}
+	if err := check(); err != nil {
 		g.errorf(d.Slash, "the runtime would refuse this lease: %s", strings.TrimPrefix(err.Error(), "lease: "))
 		return false
 	}

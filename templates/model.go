@@ -61,14 +61,23 @@ func (p KeyPart) HasValue() bool { return p.Str != "" || p.Value != "" || p.Mars
 // Spec is the lease.Spec the wrapper passes. TTL, Deadline, MinValidity
 // and Name are always written; the others when they differ from zero.
 type Spec struct {
-	TTL, Deadline, Wait, MinValidity, HoldMin time.Duration
-	Skip, Fence                               bool
-	Name                                      string // e.g. "orders.(*Server).chargeOrder"
+	TTL, Deadline, Wait, MinValidity, HoldMin, Keep time.Duration
+	Skip, Fence                                     bool
+	Name                                            string // e.g. "orders.(*Server).chargeOrder"
+}
+
+// LeadSpec is the lease.LeadSpec a leader wrapper (template "leader")
+// passes to lease.Client.Lead. TTL, MinValidity and Name are always
+// written, Owner when set.
+type LeadSpec struct {
+	TTL, MinValidity time.Duration
+	Owner            string // Go expression of the candidate's name, or "" (the runtime's default)
+	Name             string
 }
 
 // Wrapper is one protected function, method or interface method.
 type Wrapper struct {
-	Template string   // registry name: "func" or "method" (decorator methods: "decorator")
+	Template string   // registry name: "func", "method" or "leader" (decorator methods: "decorator")
 	Name     string   // the wrapper's name
 	Target   string   // the wrapped function or method's name
 	Doc      []string // doc comment lines (without //)
@@ -85,8 +94,9 @@ type Wrapper struct {
 
 	Key    []KeyPart
 	Spec   Spec
-	Client string // expression of the *lease.Client
-	Call   string // the function value to call, e.g. s.chargeOrder
+	Lead   *LeadSpec // template "leader": the wrapper campaigns with Lead instead of calling Do
+	Client string    // expression of the *lease.Client
+	Call   string    // the function value to call, e.g. s.chargeOrder
 	// Tie, when set, is a function-typed expression asserting the wrapped
 	// signature TieType, so stale output fails to compile. For generic
 	// targets (TypeParams set) it is an instantiation with the type

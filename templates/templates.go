@@ -57,6 +57,7 @@ type Emitter func(w *Writer, item any) error
 var registry = map[string]Emitter{
 	"func":      emitWrapper,
 	"method":    emitWrapper,
+	"leader":    emitWrapper,
 	"decorator": emitDecorator,
 }
 
@@ -288,6 +289,16 @@ func assumedName(path string) string {
 //
 // A generic target's tie is an instantiation with the wrapper's type
 // parameters: func _[K comparable]() { var _ func(...) = fill[K] }.
+//
+// A leader wrapper (template "leader", a function or a method) campaigns
+// instead of taking the lease once:
+//
+//	func (j *Jobs) SettleAsLeader(ctx context.Context) error {
+//		key := "jobs:settle"
+//		return j.leases.Lead(ctx, key, lease.LeadSpec{...}, func(ctx context.Context) error {
+//			return j.settle(ctx)
+//		})
+//	}
 func emitWrapper(w *Writer, item any) error {
 	x, ok := item.(*Wrapper)
 	if !ok {
@@ -430,6 +441,14 @@ func body(w *Writer, x *Wrapper) {
 	call := x.Call + "(" + strings.Join(args, ", ") + ")"
 	do := x.Client + ".Do(" + ctx + ", " + x.KeyVar + ", " + lease + ".Spec{"
 	fn := "}, func(" + ctx + " " + w.pkg(ctxPkg) + ".Context) "
+	if x.Lead != nil { // a leader's function returns only error
+		w.line("return " + x.Client + ".Lead(" + ctx + ", " + x.KeyVar + ", " + lease + ".LeadSpec{")
+		leadSpec(w, *x.Lead)
+		w.line(fn + "error {")
+		w.line("return " + call)
+		w.line("})")
+		return
+	}
 	if len(x.ResultVars) == 0 {
 		w.line("return " + do)
 		spec(w, x.Spec)
@@ -460,6 +479,9 @@ func spec(w *Writer, s Spec) {
 	if s.HoldMin > 0 {
 		fs = append(fs, field{"HoldMin", duration(w, s.HoldMin)})
 	}
+	if s.Keep > 0 {
+		fs = append(fs, field{"Keep", duration(w, s.Keep)})
+	}
 	if s.Skip {
 		fs = append(fs, field{"Busy", w.pkg(leasePkg) + ".BusySkip"})
 	}
@@ -471,6 +493,19 @@ func spec(w *Writer, s Spec) {
 		for _, f := range fs {
 			yield(f.key, f.val)
 		}
+	})
+}
+
+// leadSpec writes the lease.LeadSpec fields, aligned as gofmt aligns
+// them, in the order of lease.LeadSpec's declaration.
+func leadSpec(w *Writer, s LeadSpec) {
+	keyValues(w, func(yield func(k, v string)) {
+		yield("TTL", duration(w, s.TTL))
+		yield("MinValidity", duration(w, s.MinValidity))
+		if s.Owner != "" {
+			yield("Owner", s.Owner)
+		}
+		yield("Name", strconv.Quote(s.Name))
 	})
 }
 

@@ -23,7 +23,7 @@ func TestAssumedName(t *testing.T) {
 }
 
 func TestLookupUnknownTemplate(t *testing.T) {
-	if _, err := Lookup("nope"); err == nil || !strings.Contains(err.Error(), "valid: decorator, func, method") {
+	if _, err := Lookup("nope"); err == nil || !strings.Contains(err.Error(), "valid: decorator, func, leader, method") {
 		t.Fatalf("Lookup(nope) = %v; want an error listing the templates", err)
 	}
 }
@@ -46,7 +46,7 @@ func TestRenderNeedsNoGofmt(t *testing.T) {
 			{Lit: ":"},
 			{Src: "{req.Addr}", Marshal: "req.Addr.MarshalText()", NonEmpty: true, Text: "req.Addr"},
 		},
-		Spec:   Spec{TTL: 10 * time.Second, Deadline: time.Minute, Wait: 2 * time.Second, MinValidity: 5 * time.Second, HoldMin: time.Second, Skip: true, Fence: true, Name: "p.(*Server).charge"},
+		Spec:   Spec{TTL: 10 * time.Second, Deadline: time.Minute, Wait: 2 * time.Second, MinValidity: 5 * time.Second, HoldMin: time.Second, Keep: 30 * time.Second, Skip: true, Fence: true, Name: "p.(*Server).charge"},
 		Client: "s.leases", Call: "s.charge", Tie: "(*Server).charge", TieType: "func(*Server, context.Context, *Req, ...string) (int, error)",
 		KeyVar: "key", ErrVar: "err", KeyErrVar: "keyErr", ResultVars: []string{"r0"}, ScratchVars: []string{"text"},
 		Uses: []string{"context", "strconv"},
@@ -58,7 +58,11 @@ func TestRenderNeedsNoGofmt(t *testing.T) {
 			Client: "x.leases", Call: "x.next.Put", KeyVar: "key", ErrVar: "err", Uses: []string{"context"}}},
 		Passthrough: []*Wrapper{{Name: "Close", Params: nil}, {Name: "Get", Params: []Param{{Name: "id", Type: "string"}}, Results: []string{"[]byte", "error"}}},
 	}
-	out, err := Render(&File{PkgPath: "example.com/p", PkgName: "p", Imports: imports, Wrappers: []*Wrapper{w}, Decorators: []*Decorator{d}})
+	lw := &Wrapper{Template: "leader", Name: "RunAsLeader", Target: "run", Doc: []string{"RunAsLeader campaigns."},
+		Params: []Param{{Name: "ctx", Type: "context.Context"}}, ClientParam: -1, Results: []string{"error"}, Key: []KeyPart{{Lit: "jobs:run"}},
+		Lead:   &LeadSpec{TTL: 2 * time.Second, MinValidity: time.Second, Owner: "string(host)", Name: "p.run"},
+		Client: "leases", Call: "run", Tie: "run", TieType: "func(context.Context) error", KeyVar: "key", ErrVar: "err", Uses: []string{"context"}}
+	out, err := Render(&File{PkgPath: "example.com/p", PkgName: "p", Imports: imports, Wrappers: []*Wrapper{w, lw}, Decorators: []*Decorator{d}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -68,5 +72,10 @@ func TestRenderNeedsNoGofmt(t *testing.T) {
 	}
 	if string(formatted) != string(out) {
 		t.Fatalf("not gofmt's layout:\n--- rendered\n%s--- gofmt\n%s", out, formatted)
+	}
+	for _, want := range []string{"\t\tKeep:        30 * time.Second,\n\t\tBusy:", "return leases.Lead(ctx, key, lease.LeadSpec{"} {
+		if !strings.Contains(string(out), want) {
+			t.Errorf("rendered file lacks %q:\n%s", want, out)
+		}
 	}
 }

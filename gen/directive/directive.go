@@ -2,6 +2,7 @@
 // leasegen generator and the leasecheck analyzer.
 //
 //	//lease:lock KEY [option ...]
+//	//lease:leader KEY [option ...]
 //	//lease:defaults [option ...]
 //	//lease:ignore CHECK REASON...
 //
@@ -21,7 +22,10 @@ import (
 
 // Directive names after "lease:".
 const (
-	Lock     = "lock"
+	Lock = "lock"
+	// Leader campaigns for the lease on KEY and runs the function for
+	// every term won (lease.Client.Lead).
+	Leader   = "leader"
 	Defaults = "defaults"
 	// Ignore suppresses one leasecheck finding on its own line or the
 	// next, with a reason: //lease:ignore escape the worker stops in Close.
@@ -29,14 +33,24 @@ const (
 )
 
 // names are the directive names, in the order messages list them.
-var names = []string{Lock, Defaults, Ignore}
+var names = []string{Lock, Leader, Defaults, Ignore}
 
 // IgnorableChecks are the leasecheck checks //lease:ignore can suppress.
 // (Directive problems and stale output are fixed, not suppressed.)
 var IgnorableChecks = []string{"bypass", "escape", "fence", "order"}
 
 // Options lists the valid options, in the order the documentation gives.
-var Options = []string{"ttl", "deadline", "wait", "busy", "fence", "min-validity", "hold-min", "allow-empty", "name", "client"}
+var Options = []string{"ttl", "deadline", "wait", "busy", "fence", "min-validity", "hold-min", "keep", "allow-empty", "identity", "name", "client"}
+
+// leaderNot says, for each option a //lease:leader does not take, why.
+var leaderNot = map[string]string{
+	"deadline": "a leader runs until its context ends (cancel it to step down: the lease is handed over at once)",
+	"wait":     "a candidate waits for the lease as long as it takes",
+	"busy":     "a candidate never gives up: it waits its turn",
+	"hold-min": "a term holds its lease until it ends",
+	"keep":     "a term holds its lease until it ends",
+	"fence":    "every term has a fencing token, its term number (lease.TokenFrom)",
+}
 
 // Duration is a duration option; Pos is zero when it was not given.
 type Duration struct {
@@ -47,7 +61,7 @@ type Duration struct {
 // Set reports whether the option was given.
 func (d Duration) Set() bool { return d.Pos.IsValid() }
 
-// Word is a word-valued option (busy, name, client) or a flag (fence,
+// Word is a word-valued option (busy, identity, name, client) or a flag (fence,
 // allow-empty; V empty); Pos is zero when it was not given.
 type Word struct {
 	V   string
@@ -59,16 +73,20 @@ func (w Word) Set() bool { return w.Pos.IsValid() }
 
 // Directive is one parsed //lease: comment.
 type Directive struct {
-	Name   string    // Lock, Defaults or Ignore
+	Name   string    // Lock, Leader, Defaults or Ignore
 	Slash  token.Pos // position of the "//"
-	Key    string    // Lock only
+	Key    string    // Lock and Leader only
 	KeyPos token.Pos
 
 	// Ignore only: the check suppressed and why.
 	Ignored, Reason string
 
-	TTL, Deadline, Wait, MinValidity, HoldMin Duration
-	Busy, Fence, WrapperName, Client          Word
+	TTL, Deadline, Wait, MinValidity, HoldMin, Keep Duration
+	Busy, Fence, WrapperName, Client                Word
+	// Identity (leaders) names the receiver field, parameter or
+	// package-level variable or constant of a string type that holds the
+	// candidate's name (lease.LeadSpec.Owner).
+	Identity Word
 	// AllowEmpty lets a key part's value be empty; without it an empty
 	// value is an error wrapping lease.ErrBadKey at run time (refunds:{id}
 	// with id "" would otherwise be one lease shared by every empty id).
@@ -130,7 +148,7 @@ func Parse(pos token.Pos, text string) (*Directive, []Error) {
 		return nil, nil
 	}
 	if !slices.Contains(names, dir.Name) {
-		return nil, []Error{errorf(pos, "unknown directive //lease:%s%s (valid: //lease:lock, //lease:defaults, //lease:ignore)", dir.Name, suggest(dir.Name, names))}
+		return nil, []Error{errorf(pos, "unknown directive //lease:%s%s (valid: //lease:lock, //lease:leader, //lease:defaults, //lease:ignore)", dir.Name, suggest(dir.Name, names))}
 	}
 	if dir.Name == Ignore {
 		return parseIgnore(pos, dir)
@@ -141,11 +159,14 @@ func Parse(pos token.Pos, text string) (*Directive, []Error) {
 	}
 	d := &Directive{Name: dir.Name, Slash: pos}
 	var errs []Error
-	if dir.Name == Lock {
+	if dir.Name == Lock || dir.Name == Leader {
 		if len(args) == 0 || strings.Contains(args[0].Arg, "=") || args[0].Arg == "fence" {
 			at := dir.End()
 			if len(args) > 0 {
 				at = args[0].Pos
+			}
+			if dir.Name == Leader {
+				return nil, []Error{errorf(at, "//lease:leader needs a key first, as in //lease:leader jobs:settle ttl=10s")}
 			}
 			return nil, []Error{errorf(at, "//lease:lock needs a key first, as in //lease:lock orders:{orderID} deadline=1m")}
 		}
@@ -160,6 +181,20 @@ func Parse(pos token.Pos, text string) (*Directive, []Error) {
 			continue
 		}
 		seen[name] = true
+		if why, ok := leaderNot[name]; ok && d.Name == Leader {
+			opt := name + "="
+			if name == "fence" {
+				opt = name
+			}
+			errs = append(errs, errorf(a.Pos, "option %s does not apply to //lease:leader: %s", opt, why))
+			d.Invalid = true
+			continue
+		}
+		if name == "identity" && d.Name == Lock {
+			errs = append(errs, errorf(a.Pos, "option identity= applies to //lease:leader only: a lock stores no candidate identity"))
+			d.Invalid = true
+			continue
+		}
 		valPos := a.Pos + token.Pos(len(name)+1)
 		if e, ok := d.set(name, val, hasVal, a.Pos, valPos); !ok {
 			errs = append(errs, e)
@@ -277,6 +312,8 @@ func (d *Directive) set(name, val string, hasVal bool, pos, valPos token.Pos) (E
 		return dur(&d.MinValidity)
 	case "hold-min":
 		return dur(&d.HoldMin)
+	case "keep":
+		return dur(&d.Keep)
 	case "busy":
 		return word(&d.Busy, func(s string) bool { return s == "error" || s == "skip" }, "error or skip")
 	case "name":
@@ -286,16 +323,37 @@ func (d *Directive) set(name, val string, hasVal bool, pos, valPos token.Pos) (E
 		return word(&d.WrapperName, token.IsIdentifier, "a Go identifier")
 	case "client":
 		return word(&d.Client, token.IsIdentifier, "a receiver field or package-level variable name")
+	case "identity":
+		return word(&d.Identity, token.IsIdentifier, "a receiver field, parameter or package-level variable or constant of a string type")
 	case "fence":
 		return flag(&d.Fence)
 	case "allow-empty":
 		return flag(&d.AllowEmpty)
 	}
-	return errorf(pos, "unknown option %q%s (valid: %s)", name, suggest(name, Options), strings.Join(Options, ", ")), false
+	valid := d.options()
+	return errorf(pos, "unknown option %q%s (valid: %s)", name, suggest(name, valid), strings.Join(valid, ", ")), false
+}
+
+// options lists the options d's kind of directive takes, in Options'
+// order: a lock takes all but identity, a leader none of leaderNot's, the
+// defaults all but name.
+func (d *Directive) options() []string {
+	var out []string
+	for _, o := range Options {
+		_, notLeader := leaderNot[o]
+		switch {
+		case d.Name == Lock && o == "identity", d.Name == Leader && notLeader, d.Name == Defaults && o == "name":
+			continue
+		}
+		out = append(out, o)
+	}
+	return out
 }
 
 // Merge returns d with every option it does not set taken from def (a
-// //lease:defaults directive; nil for none).
+// //lease:defaults directive; nil for none): for a //lease:lock every
+// option but identity, for a //lease:leader the options it takes (ttl,
+// min-validity, identity, allow-empty, client).
 func (d *Directive) Merge(def *Directive) *Directive {
 	out := *d
 	if def == nil {
@@ -312,14 +370,19 @@ func (d *Directive) Merge(def *Directive) *Directive {
 		}
 	}
 	pick(&out.TTL, def.TTL)
-	pick(&out.Deadline, def.Deadline)
-	pick(&out.Wait, def.Wait)
 	pick(&out.MinValidity, def.MinValidity)
-	pick(&out.HoldMin, def.HoldMin)
-	pickW(&out.Busy, def.Busy)
-	pickW(&out.Fence, def.Fence)
 	pickW(&out.AllowEmpty, def.AllowEmpty)
 	pickW(&out.Client, def.Client)
+	if d.Name == Leader {
+		pickW(&out.Identity, def.Identity)
+	} else {
+		pick(&out.Deadline, def.Deadline)
+		pick(&out.Wait, def.Wait)
+		pick(&out.HoldMin, def.HoldMin)
+		pick(&out.Keep, def.Keep)
+		pickW(&out.Busy, def.Busy)
+		pickW(&out.Fence, def.Fence)
+	}
 	out.Invalid = d.Invalid || def.Invalid
 	return &out
 }
@@ -328,9 +391,10 @@ func (d *Directive) Merge(def *Directive) *Directive {
 // package defaults set ttl.
 const DefaultTTL = 30 * time.Second
 
-// Check validates a merged //lease:lock directive's durations against each
-// other and fills the derived defaults (ttl 30s, min-validity ttl/2). Errors
-// point at the offending option, or at the directive for a missing deadline.
+// Check validates a merged //lease:lock or //lease:leader directive's
+// durations against each other and fills the derived defaults (ttl 30s,
+// min-validity ttl/2). Errors point at the offending option, or at the
+// directive for a missing deadline (locks only: a leader has none).
 func (d *Directive) Check() []Error {
 	if d.Invalid {
 		return nil
@@ -341,6 +405,14 @@ func (d *Directive) Check() []Error {
 	}
 	if d.TTL.V <= 0 {
 		errs = append(errs, errorf(d.TTL.Pos, "ttl must be positive"))
+	}
+	if d.Name == Leader {
+		if !d.MinValidity.Set() {
+			d.MinValidity.V = d.TTL.V / 2
+		} else if d.MinValidity.V >= d.TTL.V {
+			errs = append(errs, errorf(d.MinValidity.Pos, "min-validity %v must be less than ttl %v", d.MinValidity.V, d.TTL.V))
+		}
+		return errs
 	}
 	if !d.Deadline.Set() {
 		errs = append(errs, errorf(d.Slash, "missing deadline: every protected call states its total budget (add deadline=DUR here, or to //lease:defaults in the package doc)"))

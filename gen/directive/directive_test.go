@@ -108,6 +108,72 @@ func TestCheck(t *testing.T) {
 	}
 }
 
+// keep= (kept leases) on a lock and in the defaults.
+func TestKeep(t *testing.T) {
+	d, errs := Parse(1, "//lease:lock k deadline=1s keep=10s")
+	if len(errs) > 0 || d.Keep.V != 10*time.Second || !d.Keep.Set() {
+		t.Fatalf("got %+v %v", d, errs)
+	}
+	def, _ := Parse(1, "//lease:defaults keep=2s deadline=1s")
+	if m, _ := Parse(1, "//lease:lock k"); m.Merge(def).Keep.V != 2*time.Second {
+		t.Fatal("keep not taken from the defaults")
+	}
+	for s, want := range map[string]string{
+		"//lease:lock k deadline=1s keep":     "needs a duration",
+		"//lease:lock k deadline=1s keep=-1s": "must not be negative",
+		"//lease:lock k deadline=1s kep=1s":   "did you mean keep?",
+	} {
+		if _, errs := Parse(1, s); len(errs) == 0 || !strings.Contains(errs[0].Msg, want) {
+			t.Errorf("%q: %v, want %q", s, errs, want)
+		}
+	}
+}
+
+// //lease:leader takes a key, ttl, min-validity, identity, allow-empty,
+// name and client; a lock's budget and waiting options are errors saying
+// why, and the package defaults give it only what applies.
+func TestLeader(t *testing.T) {
+	d, errs := Parse(100, "//lease:leader jobs:{shard} ttl=10s min-validity=4s identity=node name=Run client=leases allow-empty")
+	if len(errs) > 0 {
+		t.Fatal(errs)
+	}
+	if d.Name != Leader || d.Key != "jobs:{shard}" || d.KeyPos != 100+15 || d.TTL.V != 10*time.Second || d.MinValidity.V != 4*time.Second ||
+		d.Identity.V != "node" || d.WrapperName.V != "Run" || d.Client.V != "leases" || !d.AllowEmpty.Set() {
+		t.Fatalf("parsed %+v", d)
+	}
+	if errs := d.Check(); len(errs) > 0 {
+		t.Fatal(errs)
+	}
+	def, _ := Parse(1, "//lease:defaults deadline=5s wait=1s fence keep=1s hold-min=1s busy=skip ttl=6s identity=host")
+	m, _ := Parse(1, "//lease:leader k")
+	m = m.Merge(def)
+	if errs := m.Check(); len(errs) > 0 || m.TTL.V != 6*time.Second || m.MinValidity.V != 3*time.Second || m.Identity.V != "host" ||
+		m.Deadline.Set() || m.Wait.Set() || m.Fence.Set() || m.Keep.Set() || m.HoldMin.Set() || m.Busy.Set() {
+		t.Fatalf("merged %+v %v", m, errs)
+	}
+	for s, want := range map[string]string{
+		"//lease:leader":                        "//lease:leader needs a key first",
+		"//lease:leader ttl=1s":                 "//lease:leader needs a key first",
+		"//lease:leader k deadline=1m":          "option deadline= does not apply to //lease:leader: a leader runs until its context ends",
+		"//lease:leader k wait=1s":              "option wait= does not apply to //lease:leader: a candidate waits",
+		"//lease:leader k busy=skip":            "option busy= does not apply",
+		"//lease:leader k hold-min=1s":          "option hold-min= does not apply",
+		"//lease:leader k keep=1s":              "option keep= does not apply",
+		"//lease:leader k fence":                "option fence does not apply to //lease:leader: every term has a fencing token",
+		"//lease:leader k identity=1x":          "want a receiver field, parameter or package-level variable or constant",
+		"//lease:lock k deadline=1s identity=x": "identity= applies to //lease:leader only",
+		"//lease:leadr k":                       "did you mean leader?",
+		"// lease:leader k":                     "no space allowed between // and lease:leader",
+	} {
+		if _, errs := Parse(1, s); len(errs) == 0 || !strings.Contains(errs[0].Msg, want) {
+			t.Errorf("%q: %v, want %q", s, errs, want)
+		}
+	}
+	if errs := func() []Error { d, _ := Parse(1, "//lease:leader k ttl=1s min-validity=1s"); return d.Check() }(); len(errs) == 0 || !strings.Contains(errs[0].Msg, "min-validity 1s must be less than ttl 1s") {
+		t.Errorf("min-validity = ttl: %v", errs)
+	}
+}
+
 func TestParseKey(t *testing.T) {
 	parts, errs := ParseKey("orders:{req.Order.ID}/{req.Key()}", 10)
 	if len(errs) > 0 || len(parts) != 4 {
@@ -144,6 +210,7 @@ func FuzzParse(f *testing.F) {
 		"// lease:lock k",
 		`//lease:lock "a b" name=X`,
 		"//lease:lock {a}:{b.c()}",
+		"//lease:leader jobs:{shard} ttl=2s identity=node",
 	} {
 		f.Add(s)
 	}
@@ -156,9 +223,23 @@ func FuzzParse(f *testing.F) {
 		}
 		if d != nil {
 			d.Check()
-			if d.Name == Lock {
+			if d.Name == Lock || d.Name == Leader {
 				ParseKey(d.Key, d.KeyPos)
 			}
 		}
 	})
+}
+
+// An unknown option's message lists the options of that kind of directive.
+func TestUnknownOptionListsTheDirectivesOptions(t *testing.T) {
+	for s, want := range map[string]string{
+		"//lease:lock k tll=1s":      "(valid: ttl, deadline, wait, busy, fence, min-validity, hold-min, keep, allow-empty, name, client)",
+		"//lease:leader k tll=1s":    "(valid: ttl, min-validity, allow-empty, identity, name, client)",
+		"//lease:defaults tll=1s":    "(valid: ttl, deadline, wait, busy, fence, min-validity, hold-min, keep, allow-empty, identity, client)",
+		"//lease:leader k identiy=x": `unknown option "identiy" (did you mean identity?)`,
+	} {
+		if _, errs := Parse(1, s); len(errs) == 0 || !strings.Contains(errs[0].Msg, want) {
+			t.Errorf("%q: %v, want %q", s, errs, want)
+		}
+	}
 }

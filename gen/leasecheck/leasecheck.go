@@ -5,7 +5,8 @@
 //     messages (it runs the generator's checks);
 //   - stale: lease_gen.go missing or out of date (a suggested fix rewrites it);
 //   - bypass: a call to a protected function outside its generated wrapper
-//     (a suggested fix calls the wrapper where it takes the same arguments);
+//     (a suggested fix calls the wrapper where it takes the same arguments),
+//     or to a //lease:leader function outside its campaign;
 //   - fence: a fenced lease whose function never reads its token,
 //     TokenFrom inside a lease that has no fence, and token reads in
 //     functions no fenced lease can reach;
@@ -50,10 +51,18 @@ var Analyzer = &analysis.Analyzer{
 }
 
 // protectedFact marks an exported protected function for other packages.
-type protectedFact struct{ Wrapper string }
+type protectedFact struct {
+	Wrapper string
+	Leader  bool // run by a //lease:leader wrapper
+}
 
-func (*protectedFact) AFact()           {}
-func (f *protectedFact) String() string { return "protected by " + f.Wrapper }
+func (*protectedFact) AFact() {}
+func (f *protectedFact) String() string {
+	if f.Leader {
+		return "run as leader by " + f.Wrapper
+	}
+	return "protected by " + f.Wrapper
+}
 
 // readsTokenFact marks a function that reads the fencing token from its
 // context, directly or through the functions it calls.
@@ -76,7 +85,7 @@ func run(pass *analysis.Pass) (any, error) {
 	for _, p := range chk.Protected {
 		protected[p.Func] = p
 		if p.Func.Exported() {
-			pass.ExportObjectFact(p.Func, &protectedFact{Wrapper: p.Wrapper})
+			pass.ExportObjectFact(p.Func, &protectedFact{Wrapper: p.Wrapper, Leader: p.Leader})
 		}
 	}
 	generated := map[*ast.File]bool{}
@@ -187,9 +196,9 @@ func checkBypass(pass *analysis.Pass, r *reporter, ins *inspector.Inspector, pro
 			return true
 		}
 		wrapper := ""
-		same := false
+		same, leader := false, false
 		if p, ok := protected[f]; ok {
-			wrapper, same = p.Wrapper, p.SameParams
+			wrapper, same, leader = p.Wrapper, p.SameParams, p.Leader
 			// The protected function may call itself (recursion under
 			// the same lease).
 			if fd := enclosingFunc(stack); fd != nil && pass.TypesInfo.Defs[fd.Name] == f {
@@ -200,11 +209,14 @@ func checkBypass(pass *analysis.Pass, r *reporter, ins *inspector.Inspector, pro
 			if !pass.ImportObjectFact(f, &fact) {
 				return true
 			}
-			wrapper = fact.Wrapper
+			wrapper, leader = fact.Wrapper, fact.Leader
 		}
 		d := analysis.Diagnostic{
 			Pos: id.Pos(), End: id.End(), Category: "bypass",
 			Message: fmt.Sprintf("lease: call to %s bypasses its lease: call %s instead", f.Name(), wrapper),
+		}
+		if leader {
+			d.Message = fmt.Sprintf("lease: call to %s bypasses its leader election: call %s instead (it campaigns and calls %s for every term won)", f.Name(), wrapper, f.Name())
 		}
 		if same {
 			d.SuggestedFixes = []analysis.SuggestedFix{{
@@ -326,7 +338,9 @@ func checkFence(pass *analysis.Pass, r *reporter, ps []gen.Protected) {
 	for _, p := range ps {
 		var fact readsTokenFact
 		reads := pass.ImportObjectFact(p.Func, &fact)
-		if p.Fence && !reads {
+		// A leader's terms are always fenced: reading the token is its
+		// choice, not a forgotten option.
+		if p.Fence && !reads && !p.Leader {
 			r.report(analysis.Diagnostic{Pos: p.Decl.Name.Pos(), Category: "fence",
 				Message: fmt.Sprintf("lease: %s's lease mints fencing tokens but it never reads one (lease.TokenFrom or fence.From): the resource cannot reject stale writes", p.Func.Name())})
 		}

@@ -12,9 +12,9 @@ import (
 // GOPATH mode over testdata); the runtime packages there are stubs.
 func TestAnalyzer(t *testing.T) {
 	analysistest.Run(t, analysistest.TestData(), leasecheck.Analyzer,
-		"clean", "directives", "fencecheck", "escape", "order", "bypassuser", "testfiles", "decoratoronly")
+		"clean", "directives", "fencecheck", "escape", "order", "bypassuser", "testfiles", "decoratoronly", "leader")
 }
 
 func TestSuggestedFixes(t *testing.T) {
-	analysistest.RunWithSuggestedFixes(t, analysistest.TestData(), leasecheck.Analyzer, "bypass", "stale")
+	analysistest.RunWithSuggestedFixes(t, analysistest.TestData(), leasecheck.Analyzer, "bypass", "stale", "staleleader")
 }

@@ -123,6 +123,12 @@ type call struct {
 	waiting bool      // EventWaiting was reported
 	token   Token
 
+	// A leader term (Lead) has no total deadline (end is far away: no
+	// deadline context for fn) and an owner, escaped with KeyPart, that
+	// newAttempt puts into its identity.
+	unbounded bool
+	owner     string
+
 	// Allocated with the call: the lease it grants and its watcher.
 	lease Lease
 	w     watcher
@@ -146,20 +152,35 @@ func newID() string {
 }
 
 // newAttempt gives the call a new identity, and its unfenced lock value
-// and tombstone key, in one allocation.
+// and tombstone key, in one allocation. The identity is 128 random bits in
+// hex; a leader candidate's identity also names its owner (Lead): hex "/"
+// KeyPart(owner), so that the owner is stored with the grant (see
+// redisKeys) and no script needs to know about it.
 func (a *call) newAttempt() {
 	var raw [16]byte
 	_, _ = rand.Read(raw[:]) // never fails (crypto/rand)
+	n := 32
+	if a.owner != "" {
+		n += 1 + len(a.owner)
+	}
 	var b strings.Builder
-	b.Grow(32 + 2 + len(a.k.tomb) + 32)
+	b.Grow(n + 2 + len(a.k.tomb) + n)
 	var h [32]byte
 	hex.Encode(h[:], raw[:])
 	b.Write(h[:])
+	if a.owner != "" {
+		b.WriteByte(ownerSep)
+		b.WriteString(a.owner)
+	}
 	b.WriteString(":0")
 	b.WriteString(a.k.tomb)
 	b.Write(h[:])
+	if a.owner != "" {
+		b.WriteByte(ownerSep)
+		b.WriteString(a.owner)
+	}
 	s := b.String()
-	a.id, a.idValue, a.tomb = s[:32], s[:34], s[34:]
+	a.id, a.idValue, a.tomb = s[:n], s[:n+2], s[n+2:]
 }
 
 func ms(d time.Duration) int64 { return max(int64(d/time.Millisecond), 1) }

@@ -178,3 +178,57 @@ func ExampleKeyPart() {
 	// a:1%3A2:3
 	// a:1:2%3A3
 }
+
+// Two candidates for one job, as two processes would run it: the first
+// leads; when it shuts down, the lease is handed to the second at once,
+// with a greater term number (its fencing token).
+func ExampleClient_Lead() {
+	rdb := redis.NewClient(&redis.Options{Addr: shared.Addr(), ContextTimeoutEnabled: true})
+	defer rdb.Close()
+	type term struct {
+		owner string
+		token lease.Token
+	}
+	terms := make(chan term)
+	candidate := func(ctx context.Context, owner string) (done chan error) {
+		leases, err := lease.New(rdb)
+		if err != nil {
+			panic(err)
+		}
+		done = make(chan error, 1)
+		go func() {
+			defer leases.Close()
+			done <- leases.Lead(ctx, "jobs:example-settle", lease.LeadSpec{TTL: 10 * time.Second, Owner: owner}, func(ctx context.Context) error {
+				tok, _ := lease.TokenFrom(ctx)
+				terms <- term{owner, tok}
+				<-ctx.Done() // lead until leadership is lost or this candidate stops
+				return nil
+			})
+		}()
+		return done
+	}
+	ctxA, stopA := context.WithCancel(context.Background())
+	doneA := candidate(ctxA, "node-a")
+	first := <-terms
+	fmt.Println(first.owner, "leads")
+
+	ctxB, stopB := context.WithCancel(context.Background())
+	doneB := candidate(ctxB, "node-b")
+	observer, _ := lease.New(rdb)
+	defer observer.Close()
+	l, _ := observer.Leader(context.Background(), "jobs:example-settle")
+	fmt.Println("Leader reports", l.Owner, "with term", l.Term == first.token)
+
+	stopA() // node-a shuts down: its lease goes to node-b at once
+	second := <-terms
+	fmt.Println(second.owner, "leads, with a greater term:", second.token > first.token)
+	fmt.Println("node-a's Lead returned", <-doneA)
+	stopB()
+	fmt.Println("node-b's Lead returned", <-doneB)
+	// Output:
+	// node-a leads
+	// Leader reports node-a with term true
+	// node-b leads, with a greater term: true
+	// node-a's Lead returned <nil>
+	// node-b's Lead returned <nil>
+}

@@ -67,6 +67,7 @@ type waiter struct {
 	channel string
 	id      string
 	wake    chan struct{} // buffered(1): a pending notification
+	all     bool          // a listener (WatchLeader): woken by every message on the channel
 }
 
 // probeEvery is how often the reader checks the subscription end to end:
@@ -94,7 +95,18 @@ func newWaitHub(c *Client) *waitHub {
 // this waiter before it registered), the waiter is woken at once to look
 // again, or when the subscription is confirmed.
 func (h *waitHub) join(channel, id string, sent time.Time) *waiter {
-	w := &waiter{channel: channel, id: id, wake: make(chan struct{}, 1)}
+	return h.add(&waiter{channel: channel, id: id, wake: make(chan struct{}, 1)}, sent)
+}
+
+// listen registers a listener on channel: a waiter woken by every release
+// notification of the key, whoever it names, and when the subscription is
+// confirmed (WatchLeader re-reads the key then). Leave with leave.
+func (h *waitHub) listen(channel string, sent time.Time) *waiter {
+	return h.add(&waiter{channel: channel, wake: make(chan struct{}, 1), all: true}, sent)
+}
+
+func (h *waitHub) add(w *waiter, sent time.Time) *waiter {
+	channel, id := w.channel, w.id
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.closed {
@@ -210,11 +222,18 @@ func (h *waitHub) notify(channel, payload string) {
 		}
 		return
 	}
+	named := false
 	for _, w := range cs.waiters {
-		if w.id == payload {
+		switch {
+		case w.all:
+			signal(w) // a listener hears every handover
+		case !named && w.id == payload:
 			signal(w)
-			return
+			named = true
 		}
+	}
+	if named {
+		return
 	}
 	now := time.Now()
 	cs.recent = slices.DeleteFunc(cs.recent, func(m recentMsg) bool { return now.Sub(m.at) > recentKeep })

@@ -31,13 +31,14 @@ type Info struct {
 	// Key is the user's key, as given to Do.
 	Key string
 	// Holder is the identity of the grant that holds the lease (32 hex
-	// digits, new for every acquire attempt), or "" when the key is free.
+	// digits, new for every acquire attempt; for a leader's term followed
+	// by "/" and its escaped Owner), or "" when the key is free.
 	// ForceRelease takes it. A value the runtime did not write is shown
 	// whole here.
 	Holder string
 	// Owner names the process behind the holder (a host or pod name) where
-	// one is stored with the lease. Plain leases store none, so it is empty
-	// today; leader election will fill it in.
+	// one is stored with the lease: a leader's term (Client.Lead) stores its
+	// candidate's owner; plain leases store none.
 	Owner string
 	// Token is the holder's fencing token, 0 for a lease without fencing.
 	Token Token
@@ -120,6 +121,7 @@ func parseInfo(key string, reply []any) (Info, error) {
 			info.Holder, info.Hold = v, false // not the runtime's: show it whole
 		} else {
 			info.Holder, info.Token = id, Token(n)
+			_, info.Owner = splitIdentity(id)
 		}
 		switch pttl := num(1); {
 		case pttl >= 0:
@@ -435,7 +437,7 @@ func (c *Client) ForceRelease(ctx context.Context, key, identity string) (ForceR
 		return 0, fmt.Errorf("%w: empty key", ErrBadKey)
 	}
 	if !isIdentity(identity) {
-		return 0, fmt.Errorf("lease: ForceRelease(%q, %q): not a holder's identity (32 hex digits, see Info.Holder)", key, identity)
+		return 0, fmt.Errorf("lease: ForceRelease(%q, %q): not a holder's identity (32 hex digits, and /owner for a leader; see Info.Holder)", key, identity)
 	}
 	k := redisKeys(c.prefix, key)
 	fail := func(err error) (ForceResult, error) {
@@ -506,6 +508,12 @@ func (c *Client) endHold(ctx context.Context, k keys, key, identity string, fail
 
 // isIdentity reports whether s has the form of a grant's identity (newID).
 func isIdentity(s string) bool {
+	if hex, owner, ok := strings.Cut(s, string(ownerSep)); ok {
+		if owner == "" || strings.ContainsAny(owner, ":"+string(ownerSep)) {
+			return false
+		}
+		s = hex
+	}
 	if len(s) != 32 {
 		return false
 	}

@@ -579,3 +579,53 @@ func TestForceReleaseRacingRenewal(t *testing.T) {
 		}
 	}
 }
+
+// A leader's term shows its owner, and a forced release of the identity
+// shown ends the term as a loss (the leader campaigns again).
+func TestInspectAndForceReleaseALeader(t *testing.T) {
+	leaderC, _ := sharedClient(t)
+	ops, _ := sharedClient(t)
+	key := uniqueKey(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	terms := make(chan lease.Token, 4)
+	causes := make(chan error, 4)
+	go func() {
+		_ = leaderC.Lead(ctx, key, lease.LeadSpec{TTL: 2 * time.Second, Owner: "pod-7"}, func(ctx context.Context) error {
+			tok, _ := lease.TokenFrom(ctx)
+			terms <- tok
+			<-ctx.Done()
+			causes <- context.Cause(ctx)
+			return nil
+		})
+	}()
+	first := <-terms
+	info, err := ops.Inspect(context.Background(), key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.Owner != "pod-7" || info.Token != first {
+		t.Fatalf("Inspect: owner %q token %d, want pod-7 and the term %d", info.Owner, info.Token, first)
+	}
+	res, err := ops.ForceRelease(context.Background(), key, info.Holder)
+	if err != nil || res != lease.ForceReleased {
+		t.Fatalf("ForceRelease(%q) = %v, %v", info.Holder, res, err)
+	}
+	select {
+	case cause := <-causes:
+		mustIs(t, cause, lease.ErrLost)
+		if !strings.Contains(cause.Error(), "released from outside") {
+			t.Fatalf("the term ended with %v, want a loss released from outside", cause)
+		}
+	case <-time.After(3 * time.Second):
+		t.Fatal("the leader's term did not end after the forced release")
+	}
+	select {
+	case second := <-terms:
+		if second <= first {
+			t.Fatalf("next term %d not after %d", second, first)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the leader did not campaign again")
+	}
+}

@@ -40,6 +40,54 @@ func KeyPart(s string) string {
 
 const hexDigits = "0123456789ABCDEF"
 
+// ownerSep separates a leader candidate's random identity from its owner
+// in the lock's value (see redisKeys). KeyPart escapes it in the owner.
+const ownerSep = '/'
+
+// splitIdentity splits a lock value's identity into the random part and
+// the owner (unescaped; "" when none is stored).
+func splitIdentity(id string) (random, owner string) {
+	random, esc, ok := strings.Cut(id, string(ownerSep))
+	if !ok {
+		return id, ""
+	}
+	return random, unescapePart(esc)
+}
+
+// unescapePart reverses KeyPart ('%XX' back to the byte; anything else,
+// a malformed escape included, is kept as written).
+func unescapePart(s string) string {
+	if strings.IndexByte(s, '%') < 0 {
+		return s
+	}
+	var b strings.Builder
+	b.Grow(len(s))
+	for i := 0; i < len(s); i++ {
+		if s[i] == '%' && i+2 < len(s) {
+			hi, lo := unhex(s[i+1]), unhex(s[i+2])
+			if hi >= 0 && lo >= 0 {
+				b.WriteByte(byte(hi<<4 | lo))
+				i += 2
+				continue
+			}
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
+}
+
+func unhex(c byte) int {
+	switch {
+	case '0' <= c && c <= '9':
+		return int(c - '0')
+	case 'A' <= c && c <= 'F':
+		return int(c-'A') + 10
+	case 'a' <= c && c <= 'f':
+		return int(c-'a') + 10
+	}
+	return -1
+}
+
 func escapePart(c byte) bool {
 	return c == '%' || c < 0x20 || c == 0x7f || strings.IndexByte(KeySeparators, c) >= 0
 }
@@ -56,6 +104,21 @@ type keys struct {
 // and the prefix of per-identity release tombstones), where esc escapes '%',
 // '{' and '}'. The mapping is injective and no user key can produce another
 // lease's fence counter or channel.
+//
+// The lock key's value is the holder's identity, ":" and its fencing token
+// ("0" without fencing), with a "~" in front while a hold-min runs out
+// after the release. An identity is 32 hex digits (128 random bits, new
+// for every attempt); a leader candidate's (Client.Lead) is followed by "/"
+// and its owner, the candidate's name (LeadSpec.Owner, such as a host or
+// pod name) escaped with KeyPart, so it holds no ':' '/' or '|':
+//
+//	lease:{jobs:settle}:l = 3f2a…9c/web-7%3A8080:1796051746211812
+//
+// The owner is thus stored atomically with the grant, lives exactly as
+// long as it, travels with a handover to a waiter (the queue entry holds
+// the identity) and needs no key or script of its own: every script
+// compares whole identities. Leader and Inspect split it off (see
+// splitIdentity).
 func redisKeys(prefix, key string) keys {
 	// One allocation for all six keys: they are substrings of one string.
 	n := len(prefix) + len(key) + 2

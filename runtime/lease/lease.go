@@ -107,6 +107,19 @@
 // as soon as no call uses it. A kept lease that is lost is forgotten, and
 // Close releases kept leases.
 //
+// # Leader election
+//
+// [Client.Lead] campaigns for a key until its context ends and runs a
+// function for every term it wins (leasegen's //lease:leader wrappers call
+// it): a term is a call of the same machinery — the key's queue and
+// release notifications, the validity clock, renewal, cancel-on-loss,
+// the conditional release — without a total deadline, always fenced: the
+// term's token is its term number. A graceful stop hands the lease to the
+// next candidate at once. The candidate's owner (a host or pod name) is
+// stored with the grant; [Client.Leader] reads who leads, with its term and
+// remaining TTL, [Client.WatchLeader] reports each change, and
+// [Client.Elect] offers client-go's callbacks.
+//
 // # Failure model
 //
 // A Redis lease is an efficiency and coordination tool, not a consensus
@@ -200,9 +213,10 @@ func (l *Lease) Key() string { return l.key }
 func (l *Lease) Token() Token { return l.token }
 
 // Owner returns the identity this grant was made to: 128 random bits in
-// hex, new for every grant. Fenced resources store it beside the token so
-// that one holder may write several times under the same token while a
-// different owner presenting that token is refused.
+// hex, new for every grant (a leader's term adds "/" and its escaped
+// LeadSpec.Owner, see Client.Lead). Fenced resources store it beside the
+// token so that one holder may write several times under the same token
+// while a different owner presenting that token is refused.
 func (l *Lease) Owner() string { return l.owner }
 
 // ReportStaleWrite tells the lease's observer that a fenced resource

@@ -22,6 +22,9 @@ func TestMain(m *testing.M) {
 	if os.Getenv("LEASE_HELPER_HOLDER") != "" {
 		helperHolder() // a subprocess of TestFault04PausedHolder
 	}
+	if os.Getenv("LEASE_HELPER_CANDIDATE") != "" {
+		helperCandidate() // a subprocess candidate of the leader election tests
+	}
 	os.Exit(leasetest.RunTests(m, &shared))
 }
 

@@ -13,7 +13,10 @@ import (
 // the release finds no longer ours, is lost whatever the timers did.
 func (a *call) run(ctx context.Context, l *Lease, fn func(context.Context) error) (err error) {
 	lctx, cancelLost := context.WithCancelCause(ctx)
-	dctx, cancelDeadline := context.WithDeadlineCause(lctx, a.end.Add(-a.reserve), ErrDeadline)
+	dctx, cancelDeadline := lctx, context.CancelFunc(func() {})
+	if !a.unbounded { // a leader term runs until ctx ends: no deadline of its own
+		dctx, cancelDeadline = context.WithDeadlineCause(lctx, a.end.Add(-a.reserve), ErrDeadline)
+	}
 	l.setCall(dctx, cancelLost)
 	l.cur.Store(a)
 	l.holdTo(a.sent.Add(a.spec.HoldMin))

@@ -74,3 +74,22 @@ type Store interface {
 	Put(ctx context.Context, key string, val string) error
 	Get(ctx context.Context, key string) (string, error)
 }
+
+// Node is a candidate for the leadership of a shard's job.
+type Node struct {
+	Leases *lease.Client
+	Name   string
+	Terms  chan lease.Token // each term's token, as it starts
+}
+
+// run runs one term: it reports the term's token and holds leadership
+// until its context ends.
+//
+//lease:leader e2e:shards:{shard} ttl=1s identity=Name
+func (n *Node) run(ctx context.Context, shard int) error {
+	Calls.Add(1)
+	tok, _ := lease.TokenFrom(ctx)
+	n.Terms <- tok
+	<-ctx.Done()
+	return nil
+}

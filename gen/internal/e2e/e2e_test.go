@@ -199,3 +199,52 @@ func TestDecorator(t *testing.T) {
 		t.Fatalf("Get = %q, %v", v, err)
 	}
 }
+
+// The generated leader wrapper campaigns until ctx ends: one node leads
+// the shard at a time, its owner is stored, a graceful stop hands over
+// with a greater term, and the wrapper returns nil when stopped.
+func TestLeaderWrapper(t *testing.T) {
+	a := &Node{Leases: client(t), Name: "node-a", Terms: make(chan lease.Token, 4)}
+	b := &Node{Leases: client(t), Name: "node-b", Terms: make(chan lease.Token, 4)}
+	ctxA, stopA := context.WithCancel(context.Background())
+	ctxB, stopB := context.WithCancel(context.Background())
+	defer stopB()
+	doneA, doneB := make(chan error, 1), make(chan error, 1)
+	go func() { doneA <- a.RunAsLeader(ctxA, 7) }()
+	var ta lease.Token
+	select {
+	case ta = <-a.Terms:
+	case <-time.After(5 * time.Second):
+		t.Fatal("node a did not lead")
+	}
+	go func() { doneB <- b.RunAsLeader(ctxB, 7) }()
+	l, err := a.Leases.Leader(context.Background(), "e2e:shards:7")
+	if err != nil || l.Owner != "node-a" || l.Term != ta {
+		t.Fatalf("Leader = %+v, %v; want node-a with term %d", l, err, ta)
+	}
+	time.Sleep(100 * time.Millisecond) // b waits in the queue
+	select {
+	case tb := <-b.Terms:
+		t.Fatalf("node b led (term %d) while node a leads", tb)
+	default:
+	}
+	stopA()
+	if err := <-doneA; err != nil {
+		t.Fatalf("a's RunAsLeader after its ctx ended = %v, want nil", err)
+	}
+	select {
+	case tb := <-b.Terms:
+		if tb <= ta {
+			t.Fatalf("b's term %d is not greater than a's %d", tb, ta)
+		}
+	case <-time.After(2 * time.Second):
+		t.Fatal("node b did not take over after a stopped")
+	}
+	if l, _ := b.Leases.Leader(context.Background(), "e2e:shards:7"); l.Owner != "node-b" {
+		t.Fatalf("Leader = %+v, want node-b", l)
+	}
+	stopB()
+	if err := <-doneB; err != nil {
+		t.Fatalf("b's RunAsLeader = %v, want nil", err)
+	}
+}

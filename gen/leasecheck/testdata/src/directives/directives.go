@@ -27,3 +27,11 @@ func e(ctx context.Context) error {
 	/* want `//lease:ignore escape needs a reason` */ //lease:ignore escape
 	return nil
 }
+
+/* want `option deadline= does not apply to //lease:leader: a leader runs until its context ends` */ //lease:leader k deadline=5s
+func f(ctx context.Context) error {
+	return nil
+}
+
+// lease:leader k // want `no space allowed between // and lease:leader`
+func g(ctx context.Context) error { return nil }

@@ -17,15 +17,24 @@ const (
 )
 
 type Spec struct {
-	TTL, Deadline, Wait, MinValidity, HoldMin time.Duration
-	Busy                                      BusyPolicy
-	Fence                                     bool
-	Name                                      string
+	TTL, Deadline, Wait, MinValidity, HoldMin, Keep time.Duration
+	Busy                                            BusyPolicy
+	Fence                                           bool
+	Name                                            string
+}
+
+type LeadSpec struct {
+	TTL, MinValidity, Backoff time.Duration
+	Owner, Name               string
 }
 
 type Client struct{}
 
 func (c *Client) Do(ctx context.Context, key string, spec Spec, fn func(ctx context.Context) error) error {
+	return fn(ctx)
+}
+
+func (c *Client) Lead(ctx context.Context, key string, spec LeadSpec, fn func(ctx context.Context) error) error {
 	return fn(ctx)
 }
 
