@@ -94,7 +94,6 @@ func (a *call) acquireOnce(ctx context.Context, waitUntil time.Time) (*Lease, ti
 		l := &a.lease // one allocation with the call
 		l.c, l.a, l.key, l.owner, l.token, l.fenced = a.c, a, a.key, a.id, tok, a.spec.Fence
 		l.validUntil, l.lost = validUntil, make(chan struct{})
-		l.parent, _ = FromContext(ctx)
 		l.cur.Store(a)
 		a.observe(Event{Kind: EventAcquired, Wait: time.Since(a.start)})
 		return l, 0, nil

@@ -185,10 +185,11 @@ func New(rdb redis.UniversalClient, opts ...Option) (*Client, error) {
 
 // Close stops the Client: later calls return ErrClosed, calls waiting for a
 // lease return ErrClosed at once, and the shared subscription is closed.
-// Kept leases (Spec.Keep) are released in the background. Calls already
-// running their function keep their leases (renewed) until they return and
-// release them, so close the go-redis client only after they have. Close
-// does not wait and may be called from an Observer.
+// Kept leases (Spec.Keep) not in use are released before Close returns
+// (each bounded by the release timeout). Calls already running their
+// function keep their leases (renewed) until they return and release them,
+// so close the go-redis client only after they have. Close waits for
+// nothing else and may be called from an Observer.
 func (c *Client) Close() error {
 	if c == nil || !c.closed.CompareAndSwap(false, true) {
 		return nil

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"time"
 )
 
@@ -66,9 +67,9 @@ func (c *Client) Do(ctx context.Context, key string, spec Spec, fn func(ctx cont
 		a.observe(Event{Kind: EventDone, Reentered: reentered, Err: err})
 		return err
 	}
-	if l := c.held(ctx, key); l != nil && l.reusable() {
+	if r := c.held(ctx, key); r != nil && r.reusable() {
 		reentered = true
-		return finish(a.reenter(ctx, l, fn))
+		return finish(a.reenter(ctx, r, fn))
 	}
 	if c.closed.Load() {
 		return finish(fmt.Errorf("%w: key %q", ErrClosed, key))
@@ -79,11 +80,10 @@ func (c *Client) Do(ctx context.Context, key string, spec Spec, fn func(ctx cont
 	// The release's share of the budget: of the real budget (a caller's
 	// deadline may be shorter than Spec.Deadline).
 	a.reserve = min(c.releaseTimeout, a.end.Sub(a.start)/10)
-	if l := c.takeKept(key, spec); l != nil {
+	if l := c.takeKept(key, spec, a.end.Add(-a.reserve)); l != nil {
 		// A lease this Client kept from an earlier call: no round trip.
 		k := l.a
 		a.k, a.id, a.idValue, a.tomb, a.token, a.sent = k.k, k.id, k.idValue, k.tomb, l.token, time.Now()
-		l.parent, _ = FromContext(ctx)
 		l.cur.Store(a)
 		a.observe(Event{Kind: EventAcquired, Kept: true, Wait: time.Since(a.start)})
 		return finish(a.run(ctx, l, fn))
@@ -117,10 +117,12 @@ type call struct {
 	start   time.Time // the call's start (monotonic)
 	end     time.Time // start+Deadline, or ctx's deadline if earlier
 	reserve time.Duration
-	idValue string    // id + ":0": the lock's value for an unfenced grant
-	sent    time.Time // when the granting acquire was sent
-	entered time.Time // when fn was entered (zero if it was not)
-	waiting bool      // EventWaiting was reported
+	idValue string          // id + ":0": the lock's value for an unfenced grant
+	sent    time.Time       // when the granting acquire was sent
+	entered time.Time       // when fn was entered (zero if it was not)
+	inFn    atomic.Bool     // fn is running (nested calls may reuse the lease)
+	lctx    context.Context // fn's context without the lease value (see reenter)
+	waiting bool            // EventWaiting was reported
 	token   Token
 
 	// A leader term (Lead) has no total deadline (end is far away: no
@@ -198,10 +200,11 @@ func (a *call) notStarted(ctx context.Context) error {
 	return fmt.Errorf("lease: key %q: not attempted, the context had ended: %w", a.key, err)
 }
 
-// reusable reports whether a nested call may run under l: only while the
-// call that acquired it is in its function, and l is provably valid.
-func (l *Lease) reusable() bool {
-	return l.inCall.Load() && !l.isLost() && time.Now().Before(l.valid())
+// reusable reports whether a nested call may run under r's lease: only
+// while r's call is in its function (and is still the lease's call: a kept
+// lease passes to later calls), and the lease is provably valid.
+func (r *leaseRef) reusable() bool {
+	return r.a.inFn.Load() && r.l.cur.Load() == r.a && !r.l.isLost() && time.Now().Before(r.l.valid())
 }
 
 // errEnded is the cause when the call holding a lease returns while a
@@ -212,7 +215,8 @@ var errEnded = fmt.Errorf("%w: the call holding the lease returned and released 
 // reenter runs fn under l, the enclosing call's lease on the same key. The
 // nested spec's Fence, MinValidity, HoldMin and Deadline apply; fn is
 // cancelled when l ends, and an overrun of l's validity is a loss.
-func (a *call) reenter(ctx context.Context, l *Lease, fn func(context.Context) error) error {
+func (a *call) reenter(ctx context.Context, r *leaseRef, fn func(context.Context) error) error {
+	l := r.l
 	a.token = l.token
 	if a.spec.Fence && !l.fenced {
 		return fmt.Errorf("lease: key %q: Spec.Fence is set, but this nested call reuses the enclosing lease on the same key, which was granted without fencing: fence the outer call", a.key)
@@ -228,7 +232,7 @@ func (a *call) reenter(ctx context.Context, l *Lease, fn func(context.Context) e
 	// ctx may not be cancelled when l ends (a goroutine's context derived
 	// with context.WithoutCancel): follow l's own context.
 	ictx, cancel := context.WithCancelCause(ctx)
-	lctx := l.callCtx()
+	lctx := r.a.lctx
 	stop := context.AfterFunc(lctx, func() { cancel(context.Cause(lctx)) })
 	fctx, cancelDeadline := context.WithDeadlineCause(ictx, a.end, ErrDeadline)
 	defer func() {
@@ -246,7 +250,7 @@ func (a *call) reenter(ctx context.Context, l *Lease, fn func(context.Context) e
 	switch {
 	case l.isLost():
 		return lostErr(l.Err(), err)
-	case !l.inCall.Load():
+	case !r.a.inFn.Load():
 		return lostErr(fmt.Errorf("%w (key %q)", errEnded, a.key), err)
 	case deadlineHit:
 		a.observe(Event{Kind: EventDeadlineExceeded})

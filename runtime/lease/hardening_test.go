@@ -280,7 +280,14 @@ func TestExpiredLeaseDoesNotPoisonRenewals(t *testing.T) {
 func TestMixedTTLsOnOneClient(t *testing.T) {
 	srv := leasetest.StartRedis(t)
 	c, _ := newClient(t, srv.Client(t, func(o *redis.Options) { o.PoolSize = 64 }))
-	const long = 6000
+	long := 6000
+	if raceEnabled {
+		// The race detector's pauses alone (up to a second on two shared
+		// cores) exceed the 600ms between a renewal's due time and the
+		// end of validity. 1,500 leases still span six renewal batches,
+		// each joined by the short leases, which is what lost leases here.
+		long = 1500
+	}
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	var lostLong, failedLong atomic.Int32
@@ -309,7 +316,9 @@ func TestMixedTTLsOnOneClient(t *testing.T) {
 				started <- false
 				t.Logf("long lease %d not acquired: %v", i, err)
 			case err != nil:
-				lostLong.Add(1)
+				if lostLong.Add(1) <= 3 {
+					t.Logf("long lease %d: %v", i, err)
+				}
 			}
 		}()
 	}
@@ -346,7 +355,7 @@ func TestMixedTTLsOnOneClient(t *testing.T) {
 	close(stop)
 	wg.Wait()
 	t.Logf("short leases lost: %d (no fault: these are timing-sensitive and not asserted)", lostShort.Load())
-	table(t, "6000 leases at TTL 900ms + 4 at TTL 12ms on one Client", "no long lease lost", long, int(lostLong.Load()))
+	table(t, itoa(long)+" leases at TTL 900ms + 4 at TTL 12ms on one Client", "no long lease lost", long, int(lostLong.Load()))
 }
 
 var lostShort atomic.Int32

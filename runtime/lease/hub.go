@@ -85,7 +85,10 @@ const idleUnsubscribe = time.Second
 
 func newWaitHub(c *Client) *waitHub {
 	return &waitHub{c: c, kick: make(chan struct{}, 1), closing: make(chan struct{}), chans: map[string]*chanState{},
-		probe: c.prefix + "{probe}:" + newID()}
+		// A channel in the key channels' namespace (an ACL that grants
+		// "prefix{*}:c" grants it), which no user key can produce: an
+		// escaped key never has '%' before a non-hex letter.
+		probe: c.prefix + "{%probe-" + newID() + "}:c"}
 }
 
 // join registers a waiter with identity id on channel. It never blocks on
@@ -164,6 +167,15 @@ func (h *waitHub) keeper(channel string, delta int) {
 		cs.idleSince = time.Now()
 		h.poke()
 	}
+}
+
+// live reports whether channel's subscription is confirmed and healthy: a
+// message published on it now will be heard.
+func (h *waitHub) live(channel string) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	cs := h.chans[channel]
+	return cs != nil && !cs.live.IsZero() && !h.down
 }
 
 // poke wakes the manager (h.mu held).
@@ -259,7 +271,7 @@ func (h *waitHub) confirmed(channel string) {
 	if keepers {
 		// A waiter's "w" may have been published before this: look at the
 		// queue once (not on the reader goroutine: it is I/O).
-		go h.c.checkKeptWaiters(channel)
+		go h.c.checkKept(channel)
 	}
 }
 
@@ -366,14 +378,19 @@ func (h *waitHub) manage() {
 		var err error
 		if len(sub) > 0 || len(unsub) > 0 {
 			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-			if ps == nil {
+			fresh := ps == nil
+			if fresh {
 				ps = h.c.rdb.Subscribe(ctx)
-				sub = append(sub, h.probe)
 				dead = make(chan struct{})
 				go h.read(ps, dead)
 			}
 			if len(sub) > 0 {
 				err = ps.Subscribe(ctx, sub...)
+			}
+			if err == nil && fresh {
+				// On its own, after the key channels: an ACL that refuses
+				// it refuses nothing else (see read).
+				err = ps.Subscribe(ctx, h.probe)
 			}
 			if err == nil && len(unsub) > 0 {
 				// Best effort: a channel left subscribed only brings
@@ -409,12 +426,19 @@ const readSlice = 400 * time.Millisecond
 // read receives on ps until it is closed or found dead: confirmations and
 // release notifications wake waiters, and every probeEvery a probe checks
 // that the subscription still hears what commands publish (see probeEvery).
+// When an ACL refuses the probe channel, a PING answered in time is the
+// check instead (it cannot see a subscription left on a demoted primary).
 func (h *waitHub) read(ps *redis.PubSub, dead chan struct{}) {
 	defer close(dead)
 	closing := ctxOf(h.closing)
 	_, cluster := h.c.rdb.(*redis.ClusterClient)
-	var probed time.Time // when the outstanding probe was sent (zero: none)
-	nextProbe := time.Now().Add(probeEvery)
+	var (
+		started      = time.Now()
+		probeLive    bool      // the probe channel's subscription is confirmed
+		probeRefused bool      // an ACL refused it: PING instead
+		probed       time.Time // when the outstanding probe or PING was sent (zero: none)
+		nextProbe    = started.Add(probeEvery)
+	)
 	for {
 		ctx, cancel := context.WithTimeout(closing, readSlice)
 		msg, err := ps.ReceiveTimeout(ctx, readSlice)
@@ -431,12 +455,26 @@ func (h *waitHub) read(ps *redis.PubSub, dead chan struct{}) {
 			case errors.Is(err, redis.ErrClosed):
 				return
 			case errors.As(err, &rerr):
-				// The server answered: the connection is alive. A refused
-				// SUBSCRIBE (an ACL without the channel or the command) means
-				// no notifications: waiters re-check.
-				if m := strings.ToLower(err.Error()); strings.Contains(m, "subscribe") || strings.Contains(m, "channel") {
-					h.failed(err)
+				// The server answered: the connection is alive.
+				probed = time.Time{}
+				m := strings.ToLower(err.Error())
+				if !strings.Contains(m, "subscribe") && !strings.Contains(m, "channel") {
+					break // a refused PING, say
 				}
+				if !probeLive && h.keyChannelsLive() {
+					// The key channels are confirmed and the probe's own
+					// SUBSCRIBE came after them: the probe was refused. Drop
+					// it from the set go-redis re-subscribes after a
+					// reconnect, so that it cannot refuse the others then.
+					probeRefused = true
+					uctx, ucancel := context.WithTimeout(closing, readSlice)
+					_ = ps.Unsubscribe(uctx, h.probe)
+					ucancel()
+					break
+				}
+				// A key channel refused (an ACL without it): no
+				// notifications for it; waiters re-check.
+				h.failed(err)
 			case errors.As(err, &ne) && ne.Timeout():
 			default:
 				// A broken connection: go-redis dials again (and
@@ -449,10 +487,17 @@ func (h *waitHub) read(ps *redis.PubSub, dead chan struct{}) {
 		} else {
 			switch m := msg.(type) {
 			case *redis.Subscription:
-				if m.Kind == "subscribe" {
+				switch {
+				case m.Kind != "subscribe":
+				case m.Channel == h.probe:
+					probeLive = true
+				default:
 					h.healthy()
 					h.confirmed(m.Channel)
 				}
+			case *redis.Pong:
+				probed = time.Time{}
+				h.healthy()
 			case *redis.Message:
 				switch {
 				case m.Channel == h.probe:
@@ -461,32 +506,59 @@ func (h *waitHub) read(ps *redis.PubSub, dead chan struct{}) {
 				case m.Payload == "w":
 					h.c.wanted(m.Channel) // a waiter elsewhere: a kept lease is released
 				default:
+					if len(m.Payload) > 1 || m.Payload == "x" {
+						h.c.keptNotice(m.Channel, m.Payload) // handed over or released from outside
+					}
 					h.notify(m.Channel, m.Payload)
 				}
 			}
 		}
 		now := time.Now()
-		if !probed.IsZero() && now.Sub(probed) >= probeEvery {
-			h.failed(fmt.Errorf("lease: the subscription did not receive its probe within %v", probeEvery))
+		switch {
+		case !probed.IsZero() && now.Sub(probed) >= probeEvery:
+			h.failed(fmt.Errorf("lease: the subscription did not answer its check within %v", probeEvery))
 			return
+		case !probeLive && !probeRefused && now.Sub(started) >= 3*probeEvery:
+			h.failed(fmt.Errorf("lease: the subscription was not confirmed within %v", 3*probeEvery))
+			return
+		case !probed.IsZero() || now.Before(nextProbe) || !probeLive && !probeRefused:
+			continue
 		}
-		if probed.IsZero() && !now.Before(nextProbe) {
-			nextProbe = now.Add(probeEvery)
-			pctx, pcancel := context.WithTimeout(closing, readSlice)
-			n, perr := h.c.rdb.Publish(pctx, h.probe, "p").Result()
-			pcancel()
-			switch {
-			case perr != nil:
-				// The command path fails too: a server problem, not the
-				// subscription's; waiters see it in their own calls.
-			case n == 0 && !cluster:
-				h.failed(errors.New("lease: the subscription is not on the node commands go to (a failover?)"))
-				return
-			default:
+		nextProbe = now.Add(probeEvery)
+		pctx, pcancel := context.WithTimeout(closing, readSlice)
+		if probeRefused {
+			if err := ps.Ping(pctx); err == nil {
 				probed = now
 			}
+			pcancel()
+			continue
+		}
+		n, perr := h.c.rdb.Publish(pctx, h.probe, "p").Result()
+		pcancel()
+		switch {
+		case perr != nil:
+			// The command path fails too: a server problem, not the
+			// subscription's; waiters see it in their own calls.
+		case n == 0 && !cluster:
+			h.failed(errors.New("lease: the subscription is not on the node commands go to (a failover?)"))
+			return
+		default:
+			probed = now
 		}
 	}
+}
+
+// keyChannelsLive reports whether every key channel asked of the current
+// subscription is confirmed.
+func (h *waitHub) keyChannelsLive() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, cs := range h.chans {
+		if cs.asked && cs.live.IsZero() {
+			return false
+		}
+	}
+	return true
 }
 
 // ctxOf is a context cancelled when ch closes.

@@ -3,7 +3,10 @@ package lease
 import (
 	"context"
 	"fmt"
+	"sync"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // Kept leases (Spec.Keep). A call with Keep > 0 does not release its lease
@@ -26,11 +29,16 @@ type kept struct {
 // keep is called when a call using l returns with the lease intact: it
 // keeps l for a.spec.Keep, or reports false (the caller then releases).
 func (c *Client) keep(l *Lease, a *call) bool {
-	if a.spec.Keep <= 0 || c.closed.Load() || a.spec.TTL != l.a.spec.TTL {
+	if a.spec.Keep <= 0 || a.spec.TTL != l.a.spec.TTL {
 		c.unkeep(l)
 		return false
 	}
 	c.keptMu.Lock()
+	if c.closed.Load() { // decided under keptMu: Close releases what is kept
+		c.keptMu.Unlock()
+		c.unkeep(l)
+		return false
+	}
 	e := c.kept[l.key]
 	switch {
 	case e != nil && e.l != l:
@@ -44,6 +52,21 @@ func (c *Client) keep(l *Lease, a *call) bool {
 	}
 	first := e == nil
 	if first {
+		// The first call of a keep episode ends as a release would: by
+		// asking Redis whether the key is still its own (and whether
+		// anyone waits), one round trip. Until the Client subscribes to
+		// the key's channel nothing else would tell it of a release from
+		// outside during that call.
+		c.keptMu.Unlock()
+		switch c.verifyKept(l, a.end) {
+		case keptLost, keptWanted:
+			return false // run releases (a handoff) and reports the loss
+		}
+		c.keptMu.Lock()
+		if c.closed.Load() || c.kept[l.key] != nil {
+			c.keptMu.Unlock()
+			return false
+		}
 		e = &kept{l: l}
 		c.kept[l.key] = e
 		c.keptByChannel[l.a.k.channel] = l.key
@@ -54,10 +77,13 @@ func (c *Client) keep(l *Lease, a *call) bool {
 	e.inUse = false
 	l.kept.Store(true)
 	c.keptMu.Unlock()
-	c.renew.setEnd(&l.w.r, time.Now().Add(a.spec.Keep))
+	l.w.extend(time.Now().Add(a.spec.Keep))
 	if first {
-		// Hear of waiters from now on (their acquires publish "w").
+		// Hear of waiters and of releases from outside from now on (their
+		// messages on the key's channel), and look once more for what came
+		// before the subscription took effect.
 		c.hub.keeper(l.a.k.channel, +1)
+		go c.checkKept(l.a.k.channel)
 	}
 	return true
 }
@@ -65,8 +91,9 @@ func (c *Client) keep(l *Lease, a *call) bool {
 // takeKept hands a kept lease on key to a new call with spec, if there is
 // one free that suits it (same TTL, fenced if the call wants fencing, at
 // least spec.MinValidity left). A kept lease that does not suit is
-// released, and the call acquires afresh.
-func (c *Client) takeKept(key string, spec Spec) *Lease {
+// released, within the call's budget (by deadline), and the call acquires
+// afresh.
+func (c *Client) takeKept(key string, spec Spec, deadline time.Time) *Lease {
 	c.keptMu.Lock()
 	e := c.kept[key]
 	if e == nil || e.inUse {
@@ -78,12 +105,24 @@ func (c *Client) takeKept(key string, spec Spec) *Lease {
 		c.forgetLocked(e)
 		c.keptMu.Unlock()
 		c.hub.keeper(l.a.k.channel, -1)
-		c.releaseKept(l)
+		c.releaseKept(l, deadline)
 		return nil
 	}
 	e.inUse = true
 	e.timer.Stop()
 	c.keptMu.Unlock()
+	if !c.hub.live(l.a.k.channel) {
+		// A release from outside would not be heard yet (the subscription
+		// is not live): ask Redis instead, one round trip.
+		switch c.verifyKept(l, deadline) {
+		case keptLost:
+			return nil // forgotten by the loss; the call acquires afresh
+		case keptWanted, keptUnsure:
+			c.unkeep(l)
+			c.releaseKept(l, deadline)
+			return nil
+		}
+	}
 	return l
 }
 
@@ -121,7 +160,7 @@ func (c *Client) keepEnded(e *kept) {
 	c.forgetLocked(e)
 	c.keptMu.Unlock()
 	c.hub.keeper(e.l.a.k.channel, -1)
-	c.releaseKept(e.l)
+	c.releaseKept(e.l, time.Time{})
 }
 
 // wanted is told that a waiter in another process joined the queue of the
@@ -142,23 +181,80 @@ func (c *Client) wanted(channel string) {
 	c.forgetLocked(e)
 	c.keptMu.Unlock()
 	c.hub.keeper(e.l.a.k.channel, -1)
-	go c.releaseKept(e.l) // not on the hub's reader goroutine: it does I/O
+	go c.releaseKept(e.l, time.Time{}) // not on the hub's reader goroutine: it does I/O
 }
 
-// checkKeptWaiters releases the kept lease on channel's key if its queue
-// has waiters: their "w" may have come before the Client subscribed.
-func (c *Client) checkKeptWaiters(channel string) {
+// keptNotice is told of a message on channel naming who now holds its key
+// (a handoff) or that the lease was released from outside ("x"): a lease
+// this Client keeps on that key is no longer its own.
+func (c *Client) keptNotice(channel, payload string) {
+	c.keptMu.Lock()
+	e := c.kept[c.keptByChannel[channel]]
+	c.keptMu.Unlock()
+	if e == nil || payload == e.l.a.id {
+		return
+	}
+	what := "the lease was handed to another holder"
+	if payload == "x" {
+		what = "the lease was released from outside (ForceRelease, e.g. leasectl release)"
+	}
+	e.l.lose(fmt.Errorf("%w: key %q: kept lease: %s", ErrLost, e.l.key, what))
+}
+
+// checkKept looks at the key of a lease this Client keeps, after it starts
+// keeping it and whenever the channel's subscription is confirmed again
+// (notifications may have been missed): a lease the key no longer holds is
+// lost; one with waiters in the queue is released to them.
+func (c *Client) checkKept(channel string) {
 	c.keptMu.Lock()
 	e := c.kept[c.keptByChannel[channel]]
 	c.keptMu.Unlock()
 	if e == nil {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), c.releaseTimeout)
-	defer cancel()
-	if n, err := c.rdb.Exists(ctx, e.l.a.k.queue).Result(); err == nil && n > 0 {
+	if c.verifyKept(e.l, time.Time{}) == keptWanted {
 		c.wanted(channel)
 	}
+}
+
+type keptState uint8
+
+const (
+	keptOK     keptState = iota
+	keptLost             // the key no longer holds the lease (l is lost now)
+	keptWanted           // waiters are queued
+	keptUnsure           // no answer: the renewals will tell
+)
+
+// verifyKept asks Redis whether l's key still holds it and whether anyone
+// waits, bounded by the release timeout (and by deadline, when set); a
+// lease found gone is lost.
+func (c *Client) verifyKept(l *Lease, deadline time.Time) keptState {
+	dl := time.Now().Add(c.releaseTimeout)
+	if !deadline.IsZero() && deadline.Before(dl) {
+		dl = deadline
+	}
+	ctx, cancel := context.WithDeadline(context.Background(), dl)
+	defer cancel()
+	pipe := c.rdb.Pipeline()
+	get := pipe.Get(ctx, l.a.k.lock)
+	queued := pipe.Exists(ctx, l.a.k.queue)
+	if _, err := pipe.Exec(ctx); err != nil && err != redis.Nil {
+		return keptUnsure
+	}
+	if v, err := get.Result(); err == redis.Nil || err == nil && !holds(v, l.a.id) {
+		l.lose(fmt.Errorf("%w: key %q: kept lease: the key no longer holds it (released or deleted from outside, or lost in a restart or failover)", ErrLost, l.key))
+		return keptLost
+	}
+	if n, _ := queued.Result(); n > 0 {
+		return keptWanted
+	}
+	return keptOK
+}
+
+// holds reports whether lock value v is identity id's lease.
+func holds(v, id string) bool {
+	return len(v) > len(id) && v[:len(id)] == id && v[len(id)] == ':'
 }
 
 // dropKept forgets a kept lease that was lost, and releases what may be
@@ -176,12 +272,13 @@ func (c *Client) dropKept(l *Lease) {
 	c.keptMu.Unlock()
 	c.hub.keeper(l.a.k.channel, -1)
 	if !inUse {
-		go c.releaseKept(l)
+		go c.releaseKept(l, time.Time{})
 	}
 }
 
-// releaseAllKept releases every kept lease not in use (Close), in the
-// background; those in use are released when their calls return.
+// releaseAllKept releases every kept lease not in use (Close), together,
+// and returns when they are released (each bounded by the release
+// timeout); those in use are released when their calls return.
 func (c *Client) releaseAllKept() {
 	c.keptMu.Lock()
 	var free []*Lease
@@ -192,18 +289,29 @@ func (c *Client) releaseAllKept() {
 		}
 	}
 	c.keptMu.Unlock()
+	var wg sync.WaitGroup
 	for _, l := range free {
 		c.hub.keeper(l.a.k.channel, -1)
-		go c.releaseKept(l)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c.releaseKept(l, time.Time{})
+		}()
 	}
+	wg.Wait()
 }
 
 // releaseKept releases a lease no call is using: stops its renewals and
-// sends the release, bounded by the release timeout.
-func (c *Client) releaseKept(l *Lease) {
+// sends the release, bounded by the release timeout (and by deadline, when
+// set: the budget of the call that found the lease unsuitable).
+func (c *Client) releaseKept(l *Lease, deadline time.Time) {
 	l.w.stop()
 	last := l.cur.Load()
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(last.ctx), c.releaseTimeout)
+	dl := time.Now().Add(c.releaseTimeout)
+	if !deadline.IsZero() && deadline.Before(dl) {
+		dl = deadline
+	}
+	ctx, cancel := context.WithDeadline(context.WithoutCancel(last.ctx), dl)
 	defer cancel()
 	l.mu.Lock()
 	hold := time.Until(l.holdUntil)

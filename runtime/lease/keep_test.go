@@ -35,8 +35,13 @@ func TestKeptLeaseIsReusedThenReleased(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if sent := hook.n.Load() - before; i > 0 && sent != 0 {
+		// The first reuse may ask Redis (the Client's subscription to the
+		// key's channel is not live yet); later ones send nothing.
+		if sent := hook.n.Load() - before; i > 1 && sent != 0 {
 			t.Fatalf("call %d on a kept lease sent %d commands", i, sent)
+		}
+		if i == 0 {
+			time.Sleep(50 * time.Millisecond) // the subscription becomes live
 		}
 	}
 	for _, tok := range tokens[1:] {

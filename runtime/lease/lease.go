@@ -176,11 +176,7 @@ type Lease struct {
 	owner  string // the grant's identity
 	token  Token
 	fenced bool
-	parent *Lease
 
-	// inCall is true while the acquiring call's function runs: only then
-	// may a nested call on the same key reuse this lease.
-	inCall atomic.Bool
 	// ended is set once the lease has been released.
 	ended atomic.Bool
 	// kept is set while the Client keeps the lease between calls
@@ -342,10 +338,28 @@ func (l *Lease) markLost(cause error) bool {
 
 type ctxKey struct{}
 
+// leaseRef is what a function's context carries: the lease, the call whose
+// function runs under it, and the enclosing leases of the caller. It is one
+// per call, so that a kept lease passed from call to call (Spec.Keep) never
+// lends its identity to a context of an earlier call, and the chain of
+// enclosing leases cannot loop.
+type leaseRef struct {
+	l      *Lease
+	a      *call
+	parent *leaseRef
+}
+
+func refFrom(ctx context.Context) *leaseRef {
+	r, _ := ctx.Value(ctxKey{}).(*leaseRef)
+	return r
+}
+
 // FromContext returns the innermost lease held by the calling function.
 func FromContext(ctx context.Context) (*Lease, bool) {
-	l, ok := ctx.Value(ctxKey{}).(*Lease)
-	return l, ok && l != nil
+	if r := refFrom(ctx); r != nil {
+		return r.l, true
+	}
+	return nil, false
 }
 
 // TokenFrom returns the fencing token of the innermost fenced lease in ctx.
@@ -360,22 +374,20 @@ func TokenFrom(ctx context.Context) (Token, bool) {
 // FencedFrom returns the innermost lease in ctx that was granted with
 // fencing: the one whose token a resource should check.
 func FencedFrom(ctx context.Context) (*Lease, bool) {
-	l, _ := FromContext(ctx)
-	for ; l != nil; l = l.parent {
-		if l.fenced {
-			return l, true
+	for r := refFrom(ctx); r != nil; r = r.parent {
+		if r.l.fenced {
+			return r.l, true
 		}
 	}
 	return nil, false
 }
 
-// held returns the innermost lease on key of c in ctx, if any (it may have
-// ended: see reentry).
-func (c *Client) held(ctx context.Context, key string) *Lease {
-	l, _ := FromContext(ctx)
-	for ; l != nil; l = l.parent {
-		if l.c == c && l.key == key {
-			return l
+// held returns the innermost lease on key of c in ctx, with the call it was
+// given to, if any (the call may have returned: see reusable).
+func (c *Client) held(ctx context.Context, key string) *leaseRef {
+	for r := refFrom(ctx); r != nil; r = r.parent {
+		if r.l.c == c && r.l.key == key {
+			return r
 		}
 	}
 	return nil

@@ -24,14 +24,27 @@ if ARGV[6] ~= '' then
   redis.call('ZREM', KEYS[5], ARGV[6])
   redis.call('HDEL', KEYS[6], ARGV[6])
 end
-local done = redis.call('GET', KEYS[3])
-if done == 'x' and ARGV[7] ~= 'x' then return -3 end
-if done == 'h' then return 2 end
-if done then return 1 end
+-- The key first: while it holds this identity, this is a release of it,
+-- whatever tombstones an earlier grant to the same identity left (a claim
+-- released from outside, then granted to it again). Otherwise the
+-- tombstone tells a replay from a loss.
 local v = redis.call('GET', KEYS[1])
-if not v then return 0 end
-local sep = string.find(v, ':', 1, true)
-if not sep or string.sub(v, 1, sep - 1) ~= ARGV[1] then return -1 end
+local sep = v and string.find(v, ':', 1, true)
+if not sep or string.sub(v, 1, sep - 1) ~= ARGV[1] then
+  local done = redis.call('GET', KEYS[3])
+  if ARGV[7] == 'x' then
+    -- Forced: a replay of this forced release answers as it did; a lease
+    -- its holder released itself (or that ended) was not released here.
+    if done == 'x' then return 1 end
+    if v then return -1 end
+    return 0
+  end
+  if done == 'x' then return -3 end
+  if done == 'h' then return 2 end
+  if done then return 1 end
+  if v then return -1 end
+  return 0
+end
 local hold = tonumber(ARGV[2])
 if hold > 0 then
   redis.call('SET', KEYS[1], '~' .. v, 'PX', hold)

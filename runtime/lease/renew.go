@@ -94,11 +94,28 @@ func (rn *renewer) add(r *renewal) {
 	}
 }
 
-// setEnd moves the time from which r is no longer renewed.
-func (rn *renewer) setEnd(r *renewal, end time.Time) {
+// setEnd moves the time from which r is no longer renewed. A registered
+// renewal that left the queue (its previous end came) goes back into it.
+func (rn *renewer) setEnd(r *renewal, end time.Time, registered bool) {
 	rn.mu.Lock()
 	r.end = end
+	requeue := registered && r.index < 0 && r.flight == nil && !r.stopped.Load() && !r.l.isLost()
+	if requeue {
+		r.next = maxTime(r.next, time.Now())
+		heap.Push(&rn.q, r)
+		if !rn.run {
+			rn.run = true
+			go rn.loop()
+		}
+	}
+	wake := requeue && !rn.until.IsZero() && r.next.Before(rn.until)
 	rn.mu.Unlock()
+	if wake {
+		select {
+		case rn.wake <- struct{}{}:
+		default:
+		}
+	}
 }
 
 // remove stops r's renewals. A batch already sent may still reach Redis:
@@ -187,13 +204,14 @@ func (rn *renewer) loop() {
 			}
 			// Stop waiting just before the last lease of the batch ends, so
 			// that its failure is reported before its validity timer fires,
-			// and after half a renewal interval at most: go-redis cannot
-			// interrupt a read, so this bounds how long a renewal on the wire
-			// can outlive the calls it serves; an unanswered one is retried.
+			// and after half a renewal interval (at least 50ms) at most:
+			// go-redis cannot interrupt a read, so this bounds how long a
+			// renewal on the wire can outlive the calls it serves; an
+			// unanswered one is retried.
 			if early := dl.Add(-2 * time.Millisecond); early.After(now) {
 				dl = early
 			}
-			dl = minTime(dl, now.Add(max(interval/2, 5*time.Millisecond)))
+			dl = minTime(dl, now.Add(max(interval/2, 50*time.Millisecond)))
 			flights = append(flights, rs)
 			deadlines = append(deadlines, dl)
 		}

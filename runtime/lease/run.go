@@ -18,21 +18,27 @@ func (a *call) run(ctx context.Context, l *Lease, fn func(context.Context) error
 		dctx, cancelDeadline = context.WithDeadlineCause(lctx, a.end.Add(-a.reserve), ErrDeadline)
 	}
 	l.setCall(dctx, cancelLost)
+	if l.isLost() {
+		// Lost while passing to this call (a kept lease): the loss
+		// cancelled the previous call's context, not this one's.
+		cancelLost(l.Err())
+	}
+	a.lctx = dctx
 	l.cur.Store(a)
 	l.holdTo(a.sent.Add(a.spec.HoldMin))
-	fctx := context.WithValue(dctx, ctxKey{}, l)
+	fctx := context.WithValue(dctx, ctxKey{}, &leaseRef{l: l, a: a, parent: refFrom(ctx)})
 	w := l.w
 	if w == nil {
 		w = a.watch(l)
 		l.w = w
 	} else {
-		a.c.renew.setEnd(&w.r, a.end) // a kept lease: renewed until this call's deadline
+		w.extend(a.end) // a kept lease: renewed until this call's deadline
 	}
-	l.inCall.Store(true)
+	a.inFn.Store(true)
 
 	returned := false
 	defer func() {
-		l.inCall.Store(false)
+		a.inFn.Store(false)
 		// Overrun is loss: checked before the timer is disarmed, so a timer
 		// that could not run in time (a busy CPU) changes nothing.
 		validAtReturn := l.valid()
@@ -115,15 +121,21 @@ func (a *call) watch(l *Lease) *watcher {
 	w := &a.w // allocated with the call
 	w.a, w.l = a, l
 	w.r = renewal{a: a, l: l, interval: interval, next: a.sent.Add(interval), index: -1, end: a.end}
-	w.timer = time.AfterFunc(time.Until(w.r.next), w.fire)
+	// Stored before it can fire: fire reads it (a late grant's first
+	// renewal may be due at once).
+	w.timer = time.AfterFunc(time.Hour, w.fire)
+	w.timer.Reset(time.Until(w.r.next))
 	return w
 }
 
 func (w *watcher) fire() {
 	l := w.l
-	if l.isLost() || !l.inCall.Load() && !l.kept.Load() {
+	if l.isLost() {
 		return
 	}
+	// The timer runs until stop, whether a call is in its function or the
+	// lease is kept between calls: no state change in between can leave
+	// the lease unwatched.
 	w.mu.Lock()
 	if w.stopped {
 		w.mu.Unlock()
@@ -139,6 +151,18 @@ func (w *watcher) fire() {
 		return
 	}
 	l.lose(l.cur.Load().lossCause(l, "its validity ran out before a renewal was confirmed"))
+}
+
+// extend renews the lease until end (a kept lease, taken by a new call or
+// kept again): its renewal goes back into the renewer's queue if it had
+// left it because the previous end came.
+func (w *watcher) extend(end time.Time) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.stopped {
+		return
+	}
+	w.a.c.renew.setEnd(&w.r, end, w.registered)
 }
 
 func (w *watcher) stop() {

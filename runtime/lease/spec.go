@@ -51,6 +51,18 @@ type Spec struct {
 	// same fencing token, if the lease has MinValidity left. A waiter in
 	// another process makes the Client release it as soon as no call uses
 	// it. 0: release when fn returns.
+	//
+	// The price of no round trip: a call that ends by keeping its lease
+	// does not ask Redis whether the key is still its own, as a release
+	// does. A lease released from outside (ForceRelease) or handed over is
+	// known within a notification's latency, and its calls get ErrLost
+	// (the first call of a keep, before the Client hears the key's
+	// notifications, asks Redis instead, as a release would); one
+	// deleted from outside without notice, or lost in a restart or
+	// failover, is known at the next renewal (within TTL/3) or when the
+	// subscription comes back: a kept call that ends before that may return
+	// nil. Fence what such a call writes, or do not keep leases where keys
+	// are deleted from outside.
 	Keep time.Duration
 	// Name is a low-cardinality name for the protected operation, carried
 	// by every Event (metric labels, span names). The generator sets the

@@ -30,6 +30,11 @@ func (a *call) obtain(ctx context.Context) (*Lease, error) {
 	for {
 		sent := time.Now()
 		l, pttl, err := a.acquireOnce(ctx, waitUntil)
+		if err != nil && !errors.Is(err, ErrUnknown) && !errors.Is(err, ErrLowValidity) {
+			// Refused, or no budget left: leave the queue (an unknown or
+			// too-late grant was released already, with the place).
+			a.giveUp(ctx)
+		}
 		if err != nil || l != nil {
 			return l, err
 		}
