@@ -22,7 +22,8 @@ var renewManyScript = redis.NewScript(renewManySrc)
 // renewBatchMax bounds the keys of one renew-many call.
 const renewBatchMax = 256
 
-// batchWindow: leases due this soon are renewed with the current batch.
+// batchWindow: leases due this soon are renewed with the current batch,
+// and a renewal may wait this long past its due time for others to join.
 const batchWindow = 10 * time.Millisecond
 
 // renewer renews the held leases of one Client. A goroutine runs only while
@@ -51,10 +52,12 @@ type renewal struct {
 	a        *call // the acquiring call: identity, keys, TTL
 	l        *Lease
 	interval time.Duration
-	next     time.Time // renewer's mu while queued or in flight
-	end      time.Time // no renewal from then on (renewer's mu): the deadline of the call using the lease, or the end of its keep
-	index    int       // in the queue; -1 when not queued (renewer's mu)
-	flight   *flight   // the batch this renewal is in flight with (renewer's mu)
+	next     time.Time     // renewer's mu while queued or in flight
+	slack    time.Duration // how late after next the renewal may be sent (see latest)
+	last     time.Time     // next + slack
+	end      time.Time     // no renewal from then on (renewer's mu): the deadline of the call using the lease, or the end of its keep
+	index    int           // in the queue; -1 when not queued (renewer's mu)
+	flight   *flight       // the batch this renewal is in flight with (renewer's mu)
 
 	// mu orders applying a renewal's result against Do finishing: stop
 	// takes it, so Do cannot return while a loss is being applied. No
@@ -75,12 +78,25 @@ func newRenewer(c *Client) *renewer {
 	return &renewer{c: c, wake: make(chan struct{}, 1)}
 }
 
+// latest is when r's renewal must be sent: a little after it is due, so
+// that the leases that come due meanwhile go in the same batch. A lease
+// registers with the renewer only when its first renewal is due (see
+// call.watch), one at a time: without the slack, each would be a batch of
+// its own. The slack is at most batchWindow and an eighth of the renewal
+// interval (a 24th of the TTL).
+func (r *renewal) latest() time.Time { return r.last }
+
+// setNext sets when r is next due (renewer's mu).
+func (r *renewal) setNext(t time.Time) {
+	r.next, r.last = t, t.Add(r.slack)
+}
+
 // add schedules r's first renewal.
 func (rn *renewer) add(r *renewal) {
 	rn.mu.Lock()
 	heap.Push(&rn.q, r)
 	// Wake the loop only if it sleeps past this renewal.
-	first := !rn.until.IsZero() && r.next.Before(rn.until)
+	first := !rn.until.IsZero() && r.latest().Before(rn.until)
 	if !rn.run {
 		rn.run = true
 		go rn.loop()
@@ -101,14 +117,14 @@ func (rn *renewer) setEnd(r *renewal, end time.Time, registered bool) {
 	r.end = end
 	requeue := registered && r.index < 0 && r.flight == nil && !r.stopped.Load() && !r.l.isLost()
 	if requeue {
-		r.next = maxTime(r.next, time.Now())
+		r.setNext(maxTime(r.next, time.Now()))
 		heap.Push(&rn.q, r)
 		if !rn.run {
 			rn.run = true
 			go rn.loop()
 		}
 	}
-	wake := requeue && !rn.until.IsZero() && r.next.Before(rn.until)
+	wake := requeue && !rn.until.IsZero() && r.latest().Before(rn.until)
 	rn.mu.Unlock()
 	if wake {
 		select {
@@ -158,8 +174,8 @@ func (rn *renewer) loop() {
 			return
 		}
 		now := time.Now()
-		if wait := rn.q[0].next.Sub(now); wait > 0 {
-			rn.until = rn.q[0].next
+		if wait := rn.q[0].latest().Sub(now); wait > 0 {
+			rn.until = rn.q[0].latest()
 			rn.mu.Unlock()
 			t.Reset(wait)
 			select {
@@ -177,7 +193,7 @@ func (rn *renewer) loop() {
 			valid time.Time
 		}
 		var batch []due
-		for len(rn.q) > 0 && rn.q[0].next.Before(now.Add(batchWindow)) {
+		for len(rn.q) > 0 && !rn.q[0].latest().After(now.Add(batchWindow)) {
 			r := heap.Pop(&rn.q).(*renewal)
 			v := r.l.valid()
 			if !now.Before(r.end) || !now.Before(v) || r.l.isLost() {
@@ -273,12 +289,12 @@ func (rn *renewer) renew(ctx context.Context, f *flight, batch []*renewal) {
 			l.lastErr = e
 			l.mu.Unlock()
 			events = append(events, func() { a.observe(Event{Kind: EventRenewFailed, Took: took, Err: e}) })
-			r.next = time.Now().Add(max(r.interval/3, time.Millisecond))
+			r.setNext(time.Now().Add(max(r.interval/3, time.Millisecond)))
 			requeue = append(requeue, r)
 		case res == 1:
 			l.extend(sent.Add(ttl - drift(ttl)))
 			events = append(events, func() { a.observe(Event{Kind: EventRenewed, Took: took}) })
-			r.next = sent.Add(r.interval)
+			r.setNext(sent.Add(r.interval))
 			requeue = append(requeue, r)
 		default:
 			what := "the key no longer holds this lease (it expired, was deleted from outside, or was taken)"
@@ -312,7 +328,7 @@ func (rn *renewer) renew(ctx context.Context, f *flight, batch []*renewal) {
 	for _, r := range requeue {
 		if !r.stopped.Load() && r.next.Before(r.end) {
 			heap.Push(&rn.q, r)
-			first = first || (!rn.until.IsZero() && r.next.Before(rn.until))
+			first = first || (!rn.until.IsZero() && r.latest().Before(rn.until))
 		}
 	}
 	if len(rn.q) > 0 && !rn.run {
@@ -416,7 +432,7 @@ func maxTime(a, b time.Time) time.Time {
 type renewQueue []*renewal
 
 func (q renewQueue) Len() int           { return len(q) }
-func (q renewQueue) Less(i, j int) bool { return q[i].next.Before(q[j].next) }
+func (q renewQueue) Less(i, j int) bool { return q[i].latest().Before(q[j].latest()) }
 func (q renewQueue) Swap(i, j int) {
 	q[i], q[j] = q[j], q[i]
 	q[i].index, q[j].index = i, j

@@ -120,7 +120,8 @@ func (a *call) watch(l *Lease) *watcher {
 	interval := a.spec.TTL / 3
 	w := &a.w // allocated with the call
 	w.a, w.l = a, l
-	w.r = renewal{a: a, l: l, interval: interval, next: a.sent.Add(interval), index: -1, end: a.end}
+	w.r = renewal{a: a, l: l, interval: interval, slack: min(batchWindow, interval/8), index: -1, end: a.end}
+	w.r.setNext(a.sent.Add(interval))
 	// Stored before it can fire: fire reads it (a late grant's first
 	// renewal may be due at once).
 	w.timer = time.AfterFunc(time.Hour, w.fire)
