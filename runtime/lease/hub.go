@@ -42,6 +42,7 @@ type waitHub struct {
 type chanState struct {
 	asked     bool      // SUBSCRIBE sent on the current connection
 	live      time.Time // when the subscription was confirmed (zero: not live)
+	checked   time.Time // when the last question that found a kept lease's key still its own was sent
 	waiters   []*waiter
 	keepers   int         // kept leases of this Client on the channel's key (they hear "w")
 	idleSince time.Time   // when the last waiter left (zero: has waiters)
@@ -176,6 +177,27 @@ func (h *waitHub) live(channel string) bool {
 	defer h.mu.Unlock()
 	cs := h.chans[channel]
 	return cs != nil && !cs.live.IsZero() && !h.down
+}
+
+// trusted reports whether a kept lease on channel's key may be reused
+// without asking Redis: the subscription is live and the key was checked
+// by a question sent after it was confirmed (what happened before the
+// confirmation, a restart or a release from outside, was not heard).
+func (h *waitHub) trusted(channel string) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	cs := h.chans[channel]
+	return cs != nil && !cs.live.IsZero() && !h.down && !cs.checked.Before(cs.live)
+}
+
+// checked records that channel's key was found holding a kept lease by a
+// question sent at sent.
+func (h *waitHub) checked(channel string, sent time.Time) {
+	h.mu.Lock()
+	if cs := h.chans[channel]; cs != nil && sent.After(cs.checked) {
+		cs.checked = sent
+	}
+	h.mu.Unlock()
 }
 
 // poke wakes the manager (h.mu held).
@@ -420,7 +442,10 @@ func (h *waitHub) manage() {
 
 // readSlice bounds each receive, and with it anything go-redis does on the
 // way (a reconnect: dial, HELLO, re-subscribe), since go-redis cannot
-// interrupt a read: the reader notices Close within about this long.
+// interrupt a read: the reader notices Close within about this long. The
+// price: a server whose replies take more than about a third of it each
+// cannot be subscribed to again after the connection drops (waiters then
+// re-check on their own; kept leases are verified on reuse).
 const readSlice = 400 * time.Millisecond
 
 // read receives on ps until it is closed or found dead: confirmations and

@@ -111,13 +111,21 @@ func (c *Client) takeKept(key string, spec Spec, deadline time.Time) *Lease {
 	e.inUse = true
 	e.timer.Stop()
 	c.keptMu.Unlock()
-	if !c.hub.live(l.a.k.channel) {
-		// A release from outside would not be heard yet (the subscription
-		// is not live): ask Redis instead, one round trip.
+	if !c.hub.trusted(l.a.k.channel) {
+		// A release from outside would not be heard, or may have been
+		// missed (the subscription is not live, or came back and has not
+		// been checked since): ask Redis instead, one round trip.
 		switch c.verifyKept(l, deadline) {
 		case keptLost:
 			return nil // forgotten by the loss; the call acquires afresh
 		case keptWanted, keptUnsure:
+			c.unkeep(l)
+			c.releaseKept(l, deadline)
+			return nil
+		}
+		// The lease may have run out, or fallen below what this call
+		// needs, while the answer came.
+		if l.isLost() || l.Remaining() < spec.MinValidity {
 			c.unkeep(l)
 			c.releaseKept(l, deadline)
 			return nil
@@ -228,9 +236,12 @@ const (
 
 // verifyKept asks Redis whether l's key still holds it and whether anyone
 // waits, bounded by the release timeout (and by deadline, when set); a
-// lease found gone is lost.
+// lease found gone is lost. An answer that the key holds it, to a question
+// sent while the key's channel was live, lets later calls trust the
+// channel (see waitHub.trusted).
 func (c *Client) verifyKept(l *Lease, deadline time.Time) keptState {
-	dl := time.Now().Add(c.releaseTimeout)
+	start := time.Now()
+	dl := start.Add(c.releaseTimeout)
 	if !deadline.IsZero() && deadline.Before(dl) {
 		dl = deadline
 	}
@@ -249,6 +260,7 @@ func (c *Client) verifyKept(l *Lease, deadline time.Time) keptState {
 	if n, _ := queued.Result(); n > 0 {
 		return keptWanted
 	}
+	c.hub.checked(l.a.k.channel, start)
 	return keptOK
 }
 

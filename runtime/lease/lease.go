@@ -354,10 +354,31 @@ func refFrom(ctx context.Context) *leaseRef {
 	return r
 }
 
+// lease is the Lease as the context's call may see it: the lease itself
+// while the call's function runs; once it has returned, a view that is
+// no longer valid (Remaining 0, Err says released or why it was lost),
+// even if the Client keeps the lease for later calls (Spec.Keep).
+func (r *leaseRef) lease() *Lease {
+	if r.a.inFn.Load() {
+		return r.l
+	}
+	l := r.l
+	v := &Lease{c: l.c, a: l.a, key: l.key, owner: l.owner, token: l.token, fenced: l.fenced, lost: make(chan struct{})}
+	v.cur.Store(r.a)
+	v.ended.Store(true)
+	if l.isLost() {
+		v.cause = l.cause
+		close(v.lost)
+	}
+	return v
+}
+
 // FromContext returns the innermost lease held by the calling function.
+// A context that outlived its call still finds the Lease, but not a
+// valid one.
 func FromContext(ctx context.Context) (*Lease, bool) {
 	if r := refFrom(ctx); r != nil {
-		return r.l, true
+		return r.lease(), true
 	}
 	return nil, false
 }
@@ -376,7 +397,7 @@ func TokenFrom(ctx context.Context) (Token, bool) {
 func FencedFrom(ctx context.Context) (*Lease, bool) {
 	for r := refFrom(ctx); r != nil; r = r.parent {
 		if r.l.fenced {
-			return r.l, true
+			return r.lease(), true
 		}
 	}
 	return nil, false

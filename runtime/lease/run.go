@@ -51,6 +51,7 @@ func (a *call) run(ctx context.Context, l *Lease, fn func(context.Context) error
 		if returned && !l.isLost() && a.c.keep(l, a) {
 			return // kept (Spec.Keep): renewed, released later or reused
 		}
+		a.c.unkeep(l) // a reused kept lease whose fn panicked is released too
 		w.stop()
 
 		l.mu.Lock()

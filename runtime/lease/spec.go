@@ -60,9 +60,10 @@ type Spec struct {
 	// notifications, asks Redis instead, as a release would); one
 	// deleted from outside without notice, or lost in a restart or
 	// failover, is known at the next renewal (within TTL/3) or when the
-	// subscription comes back: a kept call that ends before that may return
-	// nil. Fence what such a call writes, or do not keep leases where keys
-	// are deleted from outside.
+	// subscription comes back (until the key has been checked after that,
+	// a reuse asks Redis, one round trip): a kept call that ends before
+	// that may return nil. Fence what such a call writes, or do not keep
+	// leases where keys are deleted from outside.
 	Keep time.Duration
 	// Name is a low-cardinality name for the protected operation, carried
 	// by every Event (metric labels, span names). The generator sets the
