@@ -43,6 +43,7 @@ type chanState struct {
 	asked     bool      // SUBSCRIBE sent on the current connection
 	live      time.Time // when the subscription was confirmed (zero: not live)
 	checked   time.Time // when the last question that found a kept lease's key still its own was sent
+	suspect   time.Time // when a notice last said the key may have changed hands
 	waiters   []*waiter
 	keepers   int         // kept leases of this Client on the channel's key (they hear "w")
 	idleSince time.Time   // when the last waiter left (zero: has waiters)
@@ -187,14 +188,25 @@ func (h *waitHub) trusted(channel string) bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	cs := h.chans[channel]
-	return cs != nil && !cs.live.IsZero() && !h.down && !cs.checked.Before(cs.live)
+	return cs != nil && !cs.live.IsZero() && !h.down && !cs.checked.Before(cs.live) && cs.checked.After(cs.suspect)
+}
+
+// suspect marks channel's key as needing a check before a kept lease on it
+// is reused again (a notice that may say it was released or handed over).
+func (h *waitHub) suspect(channel string) {
+	h.mu.Lock()
+	if cs := h.chans[channel]; cs != nil {
+		cs.suspect = time.Now()
+	}
+	h.mu.Unlock()
 }
 
 // checked records that channel's key was found holding a kept lease by a
-// question sent at sent.
+// question sent at sent (one sent before the last suspicion proves
+// nothing about it).
 func (h *waitHub) checked(channel string, sent time.Time) {
 	h.mu.Lock()
-	if cs := h.chans[channel]; cs != nil && sent.After(cs.checked) {
+	if cs := h.chans[channel]; cs != nil && sent.After(cs.checked) && sent.After(cs.suspect) {
 		cs.checked = sent
 	}
 	h.mu.Unlock()

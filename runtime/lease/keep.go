@@ -194,7 +194,11 @@ func (c *Client) wanted(channel string) {
 
 // keptNotice is told of a message on channel naming who now holds its key
 // (a handoff) or that the lease was released from outside ("x"): a lease
-// this Client keeps on that key is no longer its own.
+// this Client keeps on that key may no longer be its own. The message may
+// also be an old one, read late (a handoff of an earlier lease on the key,
+// before this one was granted), so it is not taken for a loss by itself:
+// the key is no longer trusted for reuse without asking Redis, and is
+// checked at once (a lease found gone is lost, its call cancelled).
 func (c *Client) keptNotice(channel, payload string) {
 	c.keptMu.Lock()
 	e := c.kept[c.keptByChannel[channel]]
@@ -202,11 +206,8 @@ func (c *Client) keptNotice(channel, payload string) {
 	if e == nil || payload == e.l.a.id {
 		return
 	}
-	what := "the lease was handed to another holder"
-	if payload == "x" {
-		what = "the lease was released from outside (ForceRelease, e.g. leasectl release)"
-	}
-	e.l.lose(fmt.Errorf("%w: key %q: kept lease: %s", ErrLost, e.l.key, what))
+	c.hub.suspect(channel)
+	go c.checkKept(channel)
 }
 
 // checkKept looks at the key of a lease this Client keeps, after it starts
@@ -254,7 +255,11 @@ func (c *Client) verifyKept(l *Lease, deadline time.Time) keptState {
 		return keptUnsure
 	}
 	if v, err := get.Result(); err == redis.Nil || err == nil && !holds(v, l.a.id) {
-		l.lose(fmt.Errorf("%w: key %q: kept lease: the key no longer holds it (released or deleted from outside, or lost in a restart or failover)", ErrLost, l.key))
+		what := "the key no longer holds it (deleted from outside, handed over, or lost in a restart or failover)"
+		if c.forcedFromOutside(ctx, l.a.k, l.a.id) {
+			what = "the lease was released from outside (ForceRelease, e.g. leasectl release)"
+		}
+		l.lose(fmt.Errorf("%w: key %q: kept lease: %s", ErrLost, l.key, what))
 		return keptLost
 	}
 	if n, _ := queued.Result(); n > 0 {

@@ -266,3 +266,63 @@ func TestKeptLeaseConcurrentCallsOfOneClient(t *testing.T) {
 		t.Fatalf("max %d calls inside at once, %d runs", maxInside, runs)
 	}
 }
+
+// A notice on the key's channel naming another holder may be old (a
+// handoff of an earlier lease on the key, read late): a kept lease that
+// the key still holds is not lost by it. One the key no longer holds is
+// lost at once, its running call cancelled.
+func TestKeptLeaseStaleNoticeIsChecked(t *testing.T) {
+	c, rec := sharedClient(t)
+	rdb := shared.Client(t)
+	ctx := context.Background()
+	key := uniqueKey(t)
+	s := keptSpec(30 * time.Second)
+	if err := c.Do(ctx, key, s, func(context.Context) error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	channel := "lease:{" + key + "}:c"
+	time.Sleep(50 * time.Millisecond) // the Client's subscription to the key is live
+	if err := rdb.Publish(ctx, channel, "0123456789abcdef0123456789abcdef").Err(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(50 * time.Millisecond)
+	if n := rec.Count(lease.EventLost); n != 0 {
+		t.Fatalf("a stale notice lost a kept lease the key still holds (%d losses)", n)
+	}
+	if err := c.Do(ctx, key, s, func(context.Context) error { return nil }); err != nil {
+		t.Fatalf("the kept lease after a stale notice: %v", err)
+	}
+
+	// Now the key really changes hands while a call uses the kept lease.
+	cancelled := make(chan error, 1)
+	entered := make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		done <- c.Do(ctx, key, s, func(ctx context.Context) error {
+			close(entered)
+			select {
+			case <-ctx.Done():
+				cancelled <- context.Cause(ctx)
+			case <-time.After(5 * time.Second):
+				cancelled <- nil
+			}
+			return nil
+		})
+	}()
+	<-entered
+	if err := rdb.Set(ctx, lockKey(key), "0123456789abcdef0123456789abcdef:0", 30*time.Second).Err(); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	if err := rdb.Publish(ctx, channel, "0123456789abcdef0123456789abcdef").Err(); err != nil {
+		t.Fatal(err)
+	}
+	cause := <-cancelled
+	if !errors.Is(cause, lease.ErrLost) {
+		t.Fatalf("the call on a kept lease whose key changed hands ended with %v, want ErrLost", cause)
+	}
+	if took := time.Since(start); took > time.Second {
+		t.Fatalf("the loss was noticed %v after the notice", took)
+	}
+	mustIs(t, <-done, lease.ErrLost)
+}

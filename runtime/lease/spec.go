@@ -55,7 +55,8 @@ type Spec struct {
 	// The price of no round trip: a call that ends by keeping its lease
 	// does not ask Redis whether the key is still its own, as a release
 	// does. A lease released from outside (ForceRelease) or handed over is
-	// known within a notification's latency, and its calls get ErrLost
+	// known within a notification's latency and one round trip (the
+	// notice is checked against the key), and its calls get ErrLost
 	// (the first call of a keep, before the Client hears the key's
 	// notifications, asks Redis instead, as a release would); one
 	// deleted from outside without notice, or lost in a restart or
