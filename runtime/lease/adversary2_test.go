@@ -1418,7 +1418,7 @@ func TestAdversary2_CloseRacingKeepLeavesLeaseHeld(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		s := lease.Spec{TTL: 500 * time.Millisecond, Deadline: 2 * time.Second, Keep: 2 * time.Second}
+		s := lease.Spec{TTL: 300 * time.Millisecond, Deadline: 2 * time.Second, Keep: 2 * time.Second}
 		var wg sync.WaitGroup
 		var mine []string
 		for g := range 6 {
@@ -1438,11 +1438,11 @@ func TestAdversary2_CloseRacingKeepLeavesLeaseHeld(t *testing.T) {
 		c.Close()
 		wg.Wait()
 		keys = append(keys, mine...)
-		time.Sleep(700 * time.Millisecond) // > TTL: only a renewed lease is left
+		time.Sleep(450 * time.Millisecond) // > TTL: only a renewed lease is left
 		for _, k := range mine {
 			if n, _ := direct.Exists(context.Background(), lockKey(k)).Result(); n == 1 {
 				leftover++
-				t.Logf("trial %d: %s is still held (renewed) %v after Close", trial, k, 700*time.Millisecond)
+				t.Logf("trial %d: %s is still held (renewed) %v after Close", trial, k, 450*time.Millisecond)
 			}
 		}
 		if leftover > 0 {

@@ -233,7 +233,7 @@ func TestAdversary3_KeptVsWaiterUnderForceReleaseSoak(t *testing.T) {
 			_, _ = op.ForceRelease(context.Background(), key, info.Holder)
 		}
 	}()
-	time.Sleep(6 * time.Second)
+	time.Sleep(*soak) // -soak: 3s by default
 	close(stop)
 	wg.Wait()
 	bad := 0
@@ -612,7 +612,7 @@ func TestAdversary3_AllKeepersHandoffSoak(t *testing.T) {
 			}()
 		}
 	}
-	deadline := time.Now().Add(6 * time.Second)
+	deadline := time.Now().Add(*soak) // -soak: 3s by default
 	for time.Now().Before(deadline) {
 		time.Sleep(time.Duration(300+rand.IntN(400)) * time.Millisecond)
 		adv3KillPubSubQuiet(srv)
