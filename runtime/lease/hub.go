@@ -43,7 +43,7 @@ type chanState struct {
 	asked     bool      // SUBSCRIBE sent on the current connection
 	live      time.Time // when the subscription was confirmed (zero: not live)
 	checked   time.Time // when the last question that found a kept lease's key still its own was sent
-	suspect   time.Time // when a notice last said the key may have changed hands
+	suspect   time.Time // when a notice last said the key may have changed hands (checks sent before it do not count)
 	waiters   []*waiter
 	keepers   int         // kept leases of this Client on the channel's key (they hear "w")
 	idleSince time.Time   // when the last waiter left (zero: has waiters)
@@ -171,15 +171,6 @@ func (h *waitHub) keeper(channel string, delta int) {
 	}
 }
 
-// live reports whether channel's subscription is confirmed and healthy: a
-// message published on it now will be heard.
-func (h *waitHub) live(channel string) bool {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	cs := h.chans[channel]
-	return cs != nil && !cs.live.IsZero() && !h.down
-}
-
 // trusted reports whether a kept lease on channel's key may be reused
 // without asking Redis: the subscription is live and the key was checked
 // by a question sent after it was confirmed (what happened before the
@@ -188,7 +179,7 @@ func (h *waitHub) trusted(channel string) bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	cs := h.chans[channel]
-	return cs != nil && !cs.live.IsZero() && !h.down && !cs.checked.Before(cs.live) && cs.checked.After(cs.suspect)
+	return cs != nil && !cs.live.IsZero() && !h.down && !cs.checked.Before(cs.live)
 }
 
 // suspect marks channel's key as needing a check before a kept lease on it
@@ -196,7 +187,7 @@ func (h *waitHub) trusted(channel string) bool {
 func (h *waitHub) suspect(channel string) {
 	h.mu.Lock()
 	if cs := h.chans[channel]; cs != nil {
-		cs.suspect = time.Now()
+		cs.suspect, cs.checked = time.Now(), time.Time{}
 	}
 	h.mu.Unlock()
 }

@@ -118,18 +118,17 @@ func (c *Client) takeKept(key string, spec Spec, deadline time.Time) *Lease {
 		switch c.verifyKept(l, deadline) {
 		case keptLost:
 			return nil // forgotten by the loss; the call acquires afresh
-		case keptWanted, keptUnsure:
-			c.unkeep(l)
-			c.releaseKept(l, deadline)
-			return nil
+		case keptOK:
+			// Unless it ran out, or fell below what this call needs,
+			// while the answer came.
+			if !l.isLost() && l.Remaining() >= spec.MinValidity {
+				return l
+			}
 		}
-		// The lease may have run out, or fallen below what this call
-		// needs, while the answer came.
-		if l.isLost() || l.Remaining() < spec.MinValidity {
-			c.unkeep(l)
-			c.releaseKept(l, deadline)
-			return nil
-		}
+		// Wanted by a waiter, no answer, or no longer suitable.
+		c.unkeep(l)
+		c.releaseKept(l, deadline)
+		return nil
 	}
 	return l
 }

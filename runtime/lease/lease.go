@@ -183,10 +183,8 @@ type Lease struct {
 	// (Spec.Keep); w is its watcher, which outlives the acquiring call.
 	kept atomic.Bool
 	w    *watcher
-	// ctx is the function's context without the lease value: done when the
-	// lease is lost, the budget ends or the call returns. cancel ends it
-	// with a cause.
-	ctx    context.Context
+	// cancel ends the context of the call now using the lease (the
+	// function's, without the lease value) with a cause.
 	cancel context.CancelCauseFunc
 
 	mu         sync.Mutex
@@ -298,19 +296,13 @@ func (l *Lease) lose(cause error) {
 	}
 }
 
-// setCall records the context of the call now using the lease (and its
-// cancellation), under l.mu: a kept lease passes from call to call while
-// its timer and renewals may read them.
-func (l *Lease) setCall(ctx context.Context, cancel context.CancelCauseFunc) {
+// setCall records how to cancel the call now using the lease, under l.mu:
+// a kept lease passes from call to call while its timer and renewals may
+// cancel it.
+func (l *Lease) setCall(cancel context.CancelCauseFunc) {
 	l.mu.Lock()
-	l.ctx, l.cancel = ctx, cancel
+	l.cancel = cancel
 	l.mu.Unlock()
-}
-
-func (l *Lease) callCtx() context.Context {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.ctx
 }
 
 func (l *Lease) cancelCall(cause error) {

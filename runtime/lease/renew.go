@@ -91,22 +91,32 @@ func (r *renewal) setNext(t time.Time) {
 	r.next, r.last = t, t.Add(r.slack)
 }
 
-// add schedules r's first renewal.
-func (rn *renewer) add(r *renewal) {
-	rn.mu.Lock()
+// push queues r, starting the loop if it is not running (rn.mu held). It
+// reports whether the loop sleeps past r's renewal and must be woken
+// (wakeLoop, once rn.mu is released).
+func (rn *renewer) push(r *renewal) bool {
 	heap.Push(&rn.q, r)
-	// Wake the loop only if it sleeps past this renewal.
-	first := !rn.until.IsZero() && r.latest().Before(rn.until)
 	if !rn.run {
 		rn.run = true
 		go rn.loop()
 	}
+	return !rn.until.IsZero() && r.latest().Before(rn.until)
+}
+
+func (rn *renewer) wakeLoop() {
+	select {
+	case rn.wake <- struct{}{}:
+	default:
+	}
+}
+
+// add schedules r's first renewal.
+func (rn *renewer) add(r *renewal) {
+	rn.mu.Lock()
+	wake := rn.push(r)
 	rn.mu.Unlock()
-	if first {
-		select {
-		case rn.wake <- struct{}{}:
-		default:
-		}
+	if wake {
+		rn.wakeLoop()
 	}
 }
 
@@ -115,22 +125,14 @@ func (rn *renewer) add(r *renewal) {
 func (rn *renewer) setEnd(r *renewal, end time.Time, registered bool) {
 	rn.mu.Lock()
 	r.end = end
-	requeue := registered && r.index < 0 && r.flight == nil && !r.stopped.Load() && !r.l.isLost()
-	if requeue {
+	wake := false
+	if registered && r.index < 0 && r.flight == nil && !r.stopped.Load() && !r.l.isLost() {
 		r.setNext(maxTime(r.next, time.Now()))
-		heap.Push(&rn.q, r)
-		if !rn.run {
-			rn.run = true
-			go rn.loop()
-		}
+		wake = rn.push(r)
 	}
-	wake := requeue && !rn.until.IsZero() && r.latest().Before(rn.until)
 	rn.mu.Unlock()
 	if wake {
-		select {
-		case rn.wake <- struct{}{}:
-		default:
-		}
+		rn.wakeLoop()
 	}
 }
 
@@ -156,10 +158,7 @@ func (rn *renewer) remove(r *renewal) {
 	idle := len(rn.q) == 0 && !rn.until.IsZero()
 	rn.mu.Unlock()
 	if idle {
-		select {
-		case rn.wake <- struct{}{}:
-		default:
-		}
+		rn.wakeLoop()
 	}
 }
 
@@ -324,23 +323,15 @@ func (rn *renewer) renew(ctx context.Context, f *flight, batch []*renewal) {
 			r.flight = nil
 		}
 	}
-	first := false
+	wake := false
 	for _, r := range requeue {
 		if !r.stopped.Load() && r.next.Before(r.end) {
-			heap.Push(&rn.q, r)
-			first = first || (!rn.until.IsZero() && r.latest().Before(rn.until))
+			wake = rn.push(r) || wake
 		}
-	}
-	if len(rn.q) > 0 && !rn.run {
-		rn.run = true
-		go rn.loop()
 	}
 	rn.mu.Unlock()
-	if first {
-		select {
-		case rn.wake <- struct{}{}:
-		default:
-		}
+	if wake {
+		rn.wakeLoop()
 	}
 	// Observers run without any lock held: they may call anything,
 	// Client.Close included.

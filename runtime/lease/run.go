@@ -17,7 +17,7 @@ func (a *call) run(ctx context.Context, l *Lease, fn func(context.Context) error
 	if !a.unbounded { // a leader term runs until ctx ends: no deadline of its own
 		dctx, cancelDeadline = context.WithDeadlineCause(lctx, a.end.Add(-a.reserve), ErrDeadline)
 	}
-	l.setCall(dctx, cancelLost)
+	l.setCall(cancelLost)
 	if l.isLost() {
 		// Lost while passing to this call (a kept lease): the loss
 		// cancelled the previous call's context, not this one's.
