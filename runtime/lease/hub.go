@@ -193,14 +193,22 @@ func (h *waitHub) suspect(channel string) {
 }
 
 // checked records that channel's key was found holding a kept lease by a
-// question sent at sent (one sent before the last suspicion proves
-// nothing about it).
-func (h *waitHub) checked(channel string, sent time.Time) {
+// question sent at sent. It reports false when a notice came after sent
+// (the answer proves nothing about what the notice announced).
+func (h *waitHub) checked(channel string, sent time.Time) bool {
 	h.mu.Lock()
-	if cs := h.chans[channel]; cs != nil && sent.After(cs.checked) && sent.After(cs.suspect) {
+	defer h.mu.Unlock()
+	cs := h.chans[channel]
+	if cs == nil {
+		return true // not subscribed: no notice to be newer than the answer
+	}
+	if !sent.After(cs.suspect) {
+		return false
+	}
+	if sent.After(cs.checked) {
 		cs.checked = sent
 	}
-	h.mu.Unlock()
+	return true
 }
 
 // poke wakes the manager (h.mu held).

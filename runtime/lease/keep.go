@@ -33,6 +33,14 @@ func (c *Client) keep(l *Lease, a *call) bool {
 		c.unkeep(l)
 		return false
 	}
+	if l.kept.Load() && !c.hub.trusted(l.a.k.channel) {
+		// A later call of the episode, but a notice may have said the
+		// key changed hands (or the subscription is not live): ask Redis
+		// before keeping, as the first call does.
+		if c.verifyKept(l, a.end) != keptOK {
+			return false // run releases (a handoff) and reports a loss
+		}
+	}
 	c.keptMu.Lock()
 	if c.closed.Load() { // decided under keptMu: Close releases what is kept
 		c.keptMu.Unlock()
@@ -264,7 +272,11 @@ func (c *Client) verifyKept(l *Lease, deadline time.Time) keptState {
 	if n, _ := queued.Result(); n > 0 {
 		return keptWanted
 	}
-	c.hub.checked(l.a.k.channel, start)
+	if !c.hub.checked(l.a.k.channel, start) {
+		// A notice came after the question was sent: the answer may
+		// predate what it announced.
+		return keptUnsure
+	}
 	return keptOK
 }
 
