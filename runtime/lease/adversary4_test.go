@@ -2,6 +2,7 @@ package lease_test
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -62,6 +63,13 @@ func (h *a4Hook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Proce
 
 func (h *a4Hook) set(p ...time.Duration) { h.mu.Lock(); h.plan = p; h.mu.Unlock() }
 
+// checks is a copy of the log (background checks may still append to it).
+func (h *a4Hook) checks() []string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return slices.Clone(h.log)
+}
+
 func a4Spec() lease.Spec {
 	return lease.Spec{TTL: 10 * time.Second, Deadline: 20 * time.Second, Keep: 30 * time.Second, Fence: true}
 }
@@ -118,7 +126,7 @@ func TestAdversary4_KeptCallReturnsNilAfterForceReleaseNotice(t *testing.T) {
 	errA := <-doneA
 	close(releaseB)
 	errB := <-doneB
-	t.Logf("A: %v (ctx at return %v), B: %v, A lost events %d, checks %v", errA, aCtxErr, errB, recA.Count(lease.EventLost), hook.log)
+	t.Logf("A: %v (ctx at return %v), B: %v, A lost events %d, checks %v", errA, aCtxErr, errB, recA.Count(lease.EventLost), hook.checks())
 	if errA == nil && errB == nil {
 		t.Fatal("both calls returned nil while inside fn together (A returned after the ForceRelease notice was processed)")
 	}
@@ -168,7 +176,7 @@ func TestAdversary4_ReuseEntersOnCheckSentBeforeNotice(t *testing.T) {
 	errA := <-doneA
 	close(releaseB)
 	errB := <-doneB
-	t.Logf("A: %v entered %v after the ForceRelease, B: %v, A lost %d, checks %v", errA, entered.Sub(forced), errB, recA.Count(lease.EventLost), hook.log)
+	t.Logf("A: %v entered %v after the ForceRelease, B: %v, A lost %d, checks %v", errA, entered.Sub(forced), errB, recA.Count(lease.EventLost), hook.checks())
 	if errA == nil && errB == nil && entered.After(forced) {
 		t.Fatal("a kept lease force-released (notice processed) was reused to enter fn, returning nil, while B held the key")
 	}
