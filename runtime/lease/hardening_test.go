@@ -182,6 +182,51 @@ func TestOverrunIsLoss(t *testing.T) {
 	table(t, "fn overruns validity, renewals blackholed, GOMAXPROCS=1", "Do returns ErrLost", trials, violations)
 }
 
+// 3a'. A renewal's answer comes in time but is applied after the lease's
+// validity ran out (the renewer's goroutine ran late), and the validity
+// timer has not run yet either (as if its goroutine were later still).
+// The late confirmation must not bring the lease back: §4 Loss says the
+// lease is lost when valid-until passes, so fn is cancelled then (when the
+// answer is applied, here) and Do reports ErrLost. Seen under -race load
+// in CI: the renewal extended a lapsed lease and fn ran on, uncancelled,
+// with Do returning nil.
+func TestRenewalAppliedAfterValidityIsLoss(t *testing.T) {
+	c, _ := sharedClient(t)
+	key := uniqueKey(t)
+	const ttl = 300 * time.Millisecond
+	var first sync.Once
+	restore := lease.SetRenewedHook(func() {
+		// Only the first batch runs late: later renewals, had the lease
+		// come back, would keep it alive until fn gives up.
+		first.Do(func() { time.Sleep(ttl) })
+	})
+	defer restore()
+	var cancelledAfter time.Duration
+	var cause error
+	err := c.Do(context.Background(), key, spec(ttl, 5*time.Second), func(ctx context.Context) error {
+		l, _ := lease.FromContext(ctx)
+		start := time.Now()
+		// The first renewal is due at TTL/3; its timer has just handed
+		// the lease to the renewer. From now on only the renewer and Do's
+		// own checks can end the lease.
+		time.Sleep(ttl/3 + 20*time.Millisecond)
+		lease.StopValidityTimer(l)
+		select {
+		case <-ctx.Done():
+			cancelledAfter = time.Since(start)
+			cause = context.Cause(ctx)
+		case <-time.After(3 * ttl):
+		}
+		return nil
+	})
+	if cause == nil {
+		t.Fatalf("fn was never cancelled although its lease's validity ran out before the renewal was applied; Do = %v", err)
+	}
+	mustIs(t, cause, lease.ErrLost)
+	mustIs(t, err, lease.ErrLost)
+	t.Logf("fn cancelled %v after it started: %v", cancelledAfter.Round(time.Millisecond), cause)
+}
+
 // 3b. The release proves the key was not ours: it was deleted from outside
 // while fn ran (no renewal fell in between). Do reports the loss.
 func TestReleaseFindingKeyGoneIsLoss(t *testing.T) {

@@ -265,13 +265,21 @@ func (l *Lease) valid() time.Time {
 	return l.validUntil
 }
 
-// extend moves valid-until forward to v (never back).
-func (l *Lease) extend(v time.Time) {
+// extend moves valid-until forward to v (never back), unless valid-until
+// has already passed: a renewal confirmed after the lease's validity ran
+// out does not bring it back (§4 Loss: the lease is lost when valid-until
+// passes, whether or not the validity timer has run yet). It reports
+// whether the lease was still valid.
+func (l *Lease) extend(v time.Time) bool {
 	l.mu.Lock()
+	defer l.mu.Unlock()
+	if time.Now().After(l.validUntil) {
+		return false
+	}
 	if v.After(l.validUntil) {
 		l.validUntil = v
 	}
-	l.mu.Unlock()
+	return true
 }
 
 // holdTo makes the release keep the key until at least t.

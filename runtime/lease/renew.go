@@ -19,6 +19,10 @@ var renewManySrc string
 
 var renewManyScript = redis.NewScript(renewManySrc)
 
+// testHookRenewed, when set by a test, runs after a batch's answer came
+// and before it is applied (a renewer goroutine scheduled late).
+var testHookRenewed atomic.Pointer[func()]
+
 // renewBatchMax bounds the keys of one renew-many call.
 const renewBatchMax = 256
 
@@ -251,6 +255,9 @@ func (rn *renewer) renew(ctx context.Context, f *flight, batch []*renewal) {
 	sent := time.Now()
 	results, errs := rn.send(ctx, batch)
 	took := time.Since(sent)
+	if h := testHookRenewed.Load(); h != nil {
+		(*h)()
+	}
 	for _, err := range errs {
 		if err != nil && classify(err) != outRefused || notSent(err) {
 			rn.c.reloadTopology() // a Cluster node may have failed or a slot moved
@@ -290,8 +297,22 @@ func (rn *renewer) renew(ctx context.Context, f *flight, batch []*renewal) {
 			events = append(events, func() { a.observe(Event{Kind: EventRenewFailed, Took: took, Err: e}) })
 			r.setNext(time.Now().Add(max(r.interval/3, time.Millisecond)))
 			requeue = append(requeue, r)
+		case res == 1 && !l.extend(sent.Add(ttl-drift(ttl))):
+			// Confirmed too late: the validity had run out before the
+			// answer came, so whether the key stayed ours all along cannot
+			// change what the clock said. Lost, as the validity timer
+			// would have decided had it run first.
+			cause := a.lossCause(l, "its validity ran out before a renewal was confirmed")
+			if l.markLost(cause) {
+				events = append(events, func() {
+					a.observe(Event{Kind: EventLost, Err: cause})
+					l.cancelCall(cause)
+					if l.kept.Load() {
+						l.c.dropKept(l)
+					}
+				})
+			}
 		case res == 1:
-			l.extend(sent.Add(ttl - drift(ttl)))
 			events = append(events, func() { a.observe(Event{Kind: EventRenewed, Took: took}) })
 			r.setNext(sent.Add(r.interval))
 			requeue = append(requeue, r)

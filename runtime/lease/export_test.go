@@ -1,0 +1,15 @@
+package lease
+
+// Hooks for the package's external tests: they let a test play a
+// scheduler that runs some goroutine late.
+
+// SetRenewedHook makes f run after each renewal batch's answer came and
+// before it is applied, until the test ends (restore).
+func SetRenewedHook(f func()) (restore func()) {
+	testHookRenewed.Store(&f)
+	return func() { testHookRenewed.Store(nil) }
+}
+
+// StopValidityTimer disarms l's validity timer, as if its goroutine never
+// got to run: only the renewer and Do's own checks can end the lease.
+func StopValidityTimer(l *Lease) { l.w.timer.Stop() }
