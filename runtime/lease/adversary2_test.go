@@ -1546,7 +1546,12 @@ func TestAdversary2_KeptLeaseWatcherDiesAtFirstKeep(t *testing.T) {
 				// clock: once it shows no validity left, ctx must end at
 				// once. A small slack (30ms) separates a dead watcher (ctx
 				// never ends: fn runs ~70ms past the end) from the two
-				// timers being due together on a loaded machine.
+				// timers being due together on a loaded machine. A
+				// cancellation that comes, but late, only says the
+				// validity timer's goroutine ran late: under -race with
+				// the whole suite running, one was seen 94ms late while
+				// this goroutine ran (no stall of the process), so a late
+				// cancellation counts only past 150ms.
 				var cancelled bool
 				var start, end, invalidAt time.Time
 				err := c.Do(context.Background(), key, s, func(ctx context.Context) error {
@@ -1580,7 +1585,7 @@ func TestAdversary2_KeptLeaseWatcherDiesAtFirstKeep(t *testing.T) {
 					return
 				}
 				n.Add(1)
-				if past := end.Sub(invalidAt); !invalidAt.IsZero() && (!cancelled && past > 30*time.Millisecond || past > 60*time.Millisecond) {
+				if past := end.Sub(invalidAt); !invalidAt.IsZero() && (!cancelled && past > 30*time.Millisecond || past > 150*time.Millisecond) {
 					bad.Add(1)
 					t.Logf("first call's fn %v: the reusing call's fn ran %v past its lease's validity (cancelled: %v); Do = %v", d, end.Sub(invalidAt), cancelled, err)
 				} else if err == nil && !invalidAt.IsZero() {
