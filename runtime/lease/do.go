@@ -244,11 +244,14 @@ func (a *call) reenter(ctx context.Context, r *leaseRef, fn func(context.Context
 	err := fn(fctx)
 
 	deadlineHit := fctx.Err() != nil && errors.Is(context.Cause(fctx), ErrDeadline)
-	if time.Now().After(l.valid()) {
+	if r.a.inFn.Load() && time.Now().After(l.valid()) {
+		// Not once the outer call has returned (a nested call in a
+		// goroutine that outlived it): the lease was released then, and
+		// its loss would be reported after the outer call's EventDone.
 		l.lose(fmt.Errorf("%w: key %q: a nested call returned after the lease's validity ended", ErrLost, a.key))
 	}
-	switch {
-	case l.isLost():
+	switch lost := l.awaitReport(); { // EventLost before the nested call's EventDone
+	case lost:
 		return lostErr(l.Err(), err)
 	case !r.a.inFn.Load():
 		return lostErr(fmt.Errorf("%w (key %q)", errEnded, a.key), err)

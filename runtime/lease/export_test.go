@@ -13,3 +13,11 @@ func SetRenewedHook(f func()) (restore func()) {
 // StopValidityTimer disarms l's validity timer, as if its goroutine never
 // got to run: only the renewer and Do's own checks can end the lease.
 func StopValidityTimer(l *Lease) { l.w.timer.Stop() }
+
+// SetCheckKeptHook makes f run in the background check of a kept lease
+// (after a notice on its key's channel), between finding the lease and
+// asking Redis about it, until restore.
+func SetCheckKeptHook(f func()) (restore func()) {
+	testHookCheckKept.Store(&f)
+	return func() { testHookCheckKept.Store(nil) }
+}

@@ -227,6 +227,102 @@ func TestRenewalAppliedAfterValidityIsLoss(t *testing.T) {
 	t.Logf("fn cancelled %v after it started: %v", cancelledAfter.Round(time.Millisecond), cause)
 }
 
+// slowLossObserver records events and sleeps on the first EventLost (an
+// observer is allowed to be slow: it may call anything).
+type slowLossObserver struct {
+	mu     sync.Mutex
+	events []lease.Event
+	slept  atomic.Bool
+	block  time.Duration
+}
+
+func (o *slowLossObserver) Observe(e lease.Event) {
+	o.mu.Lock()
+	o.events = append(o.events, e)
+	o.mu.Unlock()
+	if e.Kind == lease.EventLost && o.slept.CompareAndSwap(false, true) {
+		time.Sleep(o.block) // the others go on (sync.Once would hold them)
+	}
+}
+
+// 3a”. Two leases of one renewal batch are lost together (the batch is
+// applied after their validity, both validity timers late). One lease's
+// slow observer must not delay the other's cancellation, and each call's
+// EventLost comes before its EventDone (found by the adversary review of
+// the fix above: the losses of a batch were reported one after another,
+// and Do could return, EventDone first, while its loss waited in line).
+func TestLossesOfABatchAreReportedIndependently(t *testing.T) {
+	obs := &slowLossObserver{block: 400 * time.Millisecond}
+	c, err := lease.New(shared.Client(t), lease.WithObserver(obs))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	const ttl = 300 * time.Millisecond
+	var first sync.Once
+	defer lease.SetRenewedHook(func() { first.Do(func() { time.Sleep(ttl) }) })()
+	keys := []string{uniqueKey(t), uniqueKey(t)}
+	lostAt, cancelledAt := make([]time.Duration, 2), make([]time.Duration, 2)
+	var wg sync.WaitGroup
+	for i, k := range keys {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_ = c.Do(context.Background(), k, spec(ttl, 5*time.Second), func(ctx context.Context) error {
+				l, _ := lease.FromContext(ctx)
+				start := time.Now()
+				time.Sleep(ttl/3 + 30*time.Millisecond)
+				lease.StopValidityTimer(l)
+				end := time.After(ttl + 150*time.Millisecond)
+				lost, done := l.Lost(), ctx.Done()
+				for lost != nil || done != nil {
+					select {
+					case <-lost:
+						lostAt[i], lost = time.Since(start), nil
+					case <-done:
+						cancelledAt[i], done = time.Since(start), nil
+					case <-end:
+						return nil
+					}
+				}
+				return nil
+			})
+		}()
+	}
+	wg.Wait()
+	obs.mu.Lock()
+	evs := append([]lease.Event(nil), obs.events...)
+	obs.mu.Unlock()
+	slow := 0
+	for i, k := range keys {
+		li, di := -1, -1
+		for j, e := range evs {
+			if e.Key == k && e.Kind == lease.EventLost && li < 0 {
+				li = j
+			}
+			if e.Key == k && e.Kind == lease.EventDone {
+				di = j
+			}
+		}
+		if li < 0 || di < 0 || li > di {
+			t.Errorf("%s: EventLost at %d, EventDone at %d: want EventLost first", k, li, di)
+		}
+		if lostAt[i] == 0 {
+			t.Fatalf("%s: not lost (the test did not set up its fault)", k)
+		}
+		if cancelledAt[i] == 0 {
+			slow++ // its own observer sleeps before the cancellation
+			continue
+		}
+		if late := cancelledAt[i] - lostAt[i]; late > 150*time.Millisecond {
+			t.Errorf("%s: fn cancelled %v after its lease was marked lost", k, late)
+		}
+	}
+	if slow > 1 {
+		t.Errorf("%d of 2 calls were not cancelled while fn ran: one lease's slow observer held up the other", slow)
+	}
+}
+
 // 3b. The release proves the key was not ours: it was deleted from outside
 // while fn ran (no renewal fell in between). Do reports the loss.
 func TestReleaseFindingKeyGoneIsLoss(t *testing.T) {

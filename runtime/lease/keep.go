@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -37,7 +38,7 @@ func (c *Client) keep(l *Lease, a *call) bool {
 		// A later call of the episode, but a notice may have said the
 		// key changed hands (or the subscription is not live): ask Redis
 		// before keeping, as the first call does.
-		if c.verifyKept(l, a.end) != keptOK {
+		if c.verifyKept(l, a.end, false) != keptOK {
 			return false // run releases (a handoff) and reports a loss
 		}
 	}
@@ -66,7 +67,7 @@ func (c *Client) keep(l *Lease, a *call) bool {
 		// the key's channel nothing else would tell it of a release from
 		// outside during that call.
 		c.keptMu.Unlock()
-		switch c.verifyKept(l, a.end) {
+		switch c.verifyKept(l, a.end, false) {
 		case keptLost, keptWanted:
 			return false // run releases (a handoff) and reports the loss
 		}
@@ -123,7 +124,7 @@ func (c *Client) takeKept(key string, spec Spec, deadline time.Time) *Lease {
 		// A release from outside would not be heard, or may have been
 		// missed (the subscription is not live, or came back and has not
 		// been checked since): ask Redis instead, one round trip.
-		switch c.verifyKept(l, deadline) {
+		switch c.verifyKept(l, deadline, false) {
 		case keptLost:
 			return nil // forgotten by the loss; the call acquires afresh
 		case keptOK:
@@ -228,10 +229,17 @@ func (c *Client) checkKept(channel string) {
 	if e == nil {
 		return
 	}
-	if c.verifyKept(e.l, time.Time{}) == keptWanted {
+	if h := testHookCheckKept.Load(); h != nil {
+		(*h)()
+	}
+	if c.verifyKept(e.l, time.Time{}, true) == keptWanted {
 		c.wanted(channel)
 	}
 }
+
+// testHookCheckKept, when set by a test, runs in checkKept between finding
+// the kept lease and asking Redis about it (a goroutine scheduled late).
+var testHookCheckKept atomic.Pointer[func()]
 
 type keptState uint8
 
@@ -247,7 +255,12 @@ const (
 // lease found gone is lost. An answer that the key holds it, to a question
 // sent while the key's channel was live, lets later calls trust the
 // channel (see waitHub.trusted).
-func (c *Client) verifyKept(l *Lease, deadline time.Time) keptState {
+//
+// With whileKept (a check made outside any call: checkKept), an answer
+// that the key no longer holds it counts only if the Client still keeps
+// it: a call may have taken it meanwhile and released it, and the answer
+// may come after that release.
+func (c *Client) verifyKept(l *Lease, deadline time.Time, whileKept bool) keptState {
 	start := time.Now()
 	dl := start.Add(c.releaseTimeout)
 	if !deadline.IsZero() && deadline.Before(dl) {
@@ -262,6 +275,9 @@ func (c *Client) verifyKept(l *Lease, deadline time.Time) keptState {
 		return keptUnsure
 	}
 	if v, err := get.Result(); err == redis.Nil || err == nil && !holds(v, l.a.id) {
+		if whileKept && !c.keeps(l) {
+			return keptUnsure // released by the call that took it
+		}
 		what := "the key no longer holds it (deleted from outside, handed over, or lost in a restart or failover)"
 		if c.forcedFromOutside(ctx, l.a.k, l.a.id) {
 			what = "the lease was released from outside (ForceRelease, e.g. leasectl release)"
@@ -278,6 +294,14 @@ func (c *Client) verifyKept(l *Lease, deadline time.Time) keptState {
 		return keptUnsure
 	}
 	return keptOK
+}
+
+// keeps reports whether the Client keeps l now (in use by a call or not).
+func (c *Client) keeps(l *Lease) bool {
+	c.keptMu.Lock()
+	defer c.keptMu.Unlock()
+	e := c.kept[l.key]
+	return e != nil && e.l == l
 }
 
 // holds reports whether lock value v is identity id's lease.

@@ -194,6 +194,7 @@ type Lease struct {
 	cause      error     // why the lease was lost (wraps ErrLost); set once before lost closes
 	lost       chan struct{}
 	lostOnce   sync.Once
+	reported   chan struct{} // made by markLost, closed by reportLoss
 }
 
 // observe reports e as an event of the call using the lease (or the last
@@ -273,7 +274,7 @@ func (l *Lease) valid() time.Time {
 func (l *Lease) extend(v time.Time) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if time.Now().After(l.validUntil) {
+	if !time.Now().Before(l.validUntil) { // as the validity timer decides
 		return false
 	}
 	if v.After(l.validUntil) {
@@ -291,17 +292,56 @@ func (l *Lease) holdTo(t time.Time) {
 	l.mu.Unlock()
 }
 
-// lose marks l lost with cause, reports EventLost and cancels its
-// function's context, once. The event comes first, so that it precedes the
-// call's EventDone; the observer is called without any lock held.
+// lose marks l lost with cause and reports it (reportLoss), once.
 func (l *Lease) lose(cause error) {
 	if l.markLost(cause) {
-		l.observe(Event{Kind: EventLost, Err: cause})
-		l.cancelCall(cause)
+		l.reportLoss(cause)
+	}
+}
+
+// reportLoss reports a loss this goroutine marked (markLost): it cancels
+// the function's context first (no observer can delay that), then reports
+// the events in pre (a refused renewal) and EventLost; a kept lease is
+// forgotten. The call using the lease waits for the events before its
+// EventDone (awaitReport), so EventLost precedes EventDone even when
+// another goroutine reports the loss. The observer is called without any
+// lock held.
+func (l *Lease) reportLoss(cause error, pre ...Event) {
+	l.cancelCall(cause)
+	defer func() { // even if an observer panics
+		close(l.reported)
 		if l.kept.Load() {
 			l.c.dropKept(l)
 		}
+	}()
+	for _, e := range pre {
+		l.observe(e)
 	}
+	l.observe(Event{Kind: EventLost, Err: cause})
+}
+
+// lossReportWait bounds how long a returning call waits for its loss to be
+// reported by another goroutine (an observer that itself waits for the
+// call to return would otherwise never let it).
+const lossReportWait = time.Second
+
+// awaitReport reports whether l is lost and, if so, waits (bounded by
+// lossReportWait) until the loss has been reported.
+func (l *Lease) awaitReport() bool {
+	if !l.isLost() {
+		return false
+	}
+	select {
+	case <-l.reported:
+	default:
+		t := time.NewTimer(lossReportWait)
+		select {
+		case <-l.reported:
+		case <-t.C:
+		}
+		t.Stop()
+	}
+	return true
 }
 
 // setCall records how to cancel the call now using the lease, under l.mu:
@@ -323,13 +363,14 @@ func (l *Lease) cancelCall(cause error) {
 }
 
 // markLost records cause and closes Lost once; it reports whether this
-// call did it.
+// call did it, and then must report the loss (reportLoss).
 func (l *Lease) markLost(cause error) bool {
 	first := false
 	l.lostOnce.Do(func() {
 		l.mu.Lock()
 		l.cause = cause
 		l.mu.Unlock()
+		l.reported = make(chan struct{}) // read only once lost is closed
 		close(l.lost)
 		first = true
 	})
@@ -367,7 +408,7 @@ func (r *leaseRef) lease() *Lease {
 	v.cur.Store(r.a)
 	v.ended.Store(true)
 	if l.isLost() {
-		v.cause = l.cause
+		v.cause, v.reported = l.cause, l.reported
 		close(v.lost)
 	}
 	return v

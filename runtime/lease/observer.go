@@ -96,6 +96,12 @@ type Event struct {
 // It is never called with an internal lock held, so it may call any method
 // of the Client, Close included. Renewal events come from the Client's
 // renewal goroutine; one may arrive just after its call's EventDone.
+// A call's EventLost comes before its EventDone: when the loss is found by
+// another goroutine (a renewal refused, the validity timer), the call
+// waits for that EventLost to be observed before it returns, for up to a
+// second; so an Observer must not wait for the call it observes to
+// return. A kept lease (Spec.Keep) lost between calls reports EventLost
+// to the last call that used it, after that call's EventDone.
 type Observer interface {
 	Observe(Event)
 }

@@ -273,7 +273,7 @@ func (rn *renewer) renew(ctx context.Context, f *flight, batch []*renewal) {
 			forced[i] = rn.c.forcedFromOutside(context.Background(), r.a.k, r.a.id)
 		}
 	}
-	var events []func()
+	var events, losses []func()
 	var requeue []*renewal
 	for i, r := range batch {
 		res, err := results[i], errs[i]
@@ -304,13 +304,7 @@ func (rn *renewer) renew(ctx context.Context, f *flight, batch []*renewal) {
 			// would have decided had it run first.
 			cause := a.lossCause(l, "its validity ran out before a renewal was confirmed")
 			if l.markLost(cause) {
-				events = append(events, func() {
-					a.observe(Event{Kind: EventLost, Err: cause})
-					l.cancelCall(cause)
-					if l.kept.Load() {
-						l.c.dropKept(l)
-					}
-				})
+				losses = append(losses, func() { l.reportLoss(cause) })
 			}
 		case res == 1:
 			events = append(events, func() { a.observe(Event{Kind: EventRenewed, Took: took}) })
@@ -326,13 +320,11 @@ func (rn *renewer) renew(ctx context.Context, f *flight, batch []*renewal) {
 			}
 			cause := fmt.Errorf("%w: key %q: renewal refused: %s", ErrLost, a.key, what)
 			// Marked lost under r.mu (Do cannot return meanwhile without
-			// seeing it); the events, then the cancellation, come after the
-			// unlock, so EventLost precedes the call's EventDone.
+			// seeing it); reported after the unlock (Do waits for that
+			// before its EventDone).
 			if l.markLost(cause) {
-				events = append(events, func() {
-					a.observe(Event{Kind: EventRenewFailed, Took: took, Err: cause})
-					a.observe(Event{Kind: EventLost, Err: cause})
-					l.cancelCall(cause)
+				losses = append(losses, func() {
+					l.reportLoss(cause, Event{Kind: EventRenewFailed, Took: took, Err: cause})
 				})
 			}
 		}
@@ -355,7 +347,12 @@ func (rn *renewer) renew(ctx context.Context, f *flight, batch []*renewal) {
 		rn.wakeLoop()
 	}
 	// Observers run without any lock held: they may call anything,
-	// Client.Close included.
+	// Client.Close included. Each loss is reported on its own goroutine,
+	// so that one lease's observer never delays another lease's
+	// cancellation (losses are rare).
+	for _, report := range losses {
+		go report()
+	}
 	for _, e := range events {
 		e()
 	}

@@ -72,11 +72,12 @@ func (a *call) run(ctx context.Context, l *Lease, fn func(context.Context) error
 			}
 			l.lose(fmt.Errorf("%w: key %q: at release, %s", ErrLost, a.key, what))
 		}
+		lost := l.awaitReport() // EventLost before the call's EventDone
 		if !returned {
 			return // fn panicked: the panic goes on after the cleanup
 		}
 		switch {
-		case l.isLost():
+		case lost:
 			err = lostErr(l.Err(), err)
 		case deadlineHit:
 			a.observe(Event{Kind: EventDeadlineExceeded})
