@@ -6,11 +6,14 @@ package lease_test
 
 import (
 	"context"
+	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/leasegen/leasegen/runtime/lease"
+	"github.com/leasegen/leasegen/runtime/leasetest"
 )
 
 // funcObserver records events per key and calls f on each (outside its
@@ -201,4 +204,122 @@ func TestAdversary5_KeptCheckAfterTheTakersReleaseIsNoLoss(t *testing.T) {
 		}
 	}
 	table(t, "a kept lease's background check answered after the taker's release", "no loss reported for a cleanly released lease", trials, bad)
+}
+
+// Round 6 (review of round 5's fixes).
+
+// The lease runs out while keep() asks Redis whether to keep it (fn had
+// returned in time). The call stands (Do nil), its EventLost comes before
+// its EventDone, and the lost lease is not kept: the next call acquires
+// afresh.
+func TestAdversary6_LostWhileBeingKeptIsNotKept(t *testing.T) {
+	var lastKept atomic.Bool
+	obs := &funcObserver{f: func(e lease.Event) {
+		if e.Kind == lease.EventAcquired {
+			lastKept.Store(e.Kept)
+		}
+	}}
+	c, _, p, _, _ := advProxied(t, nil, lease.WithObserver(obs))
+	warm(t, c, uniqueKey(t))
+	key := uniqueKey(t)
+	s := spec(400*time.Millisecond, 5*time.Second)
+	s.Keep = 2 * time.Second
+	err := c.Do(context.Background(), key, s, func(ctx context.Context) error {
+		l, _ := lease.FromContext(ctx)
+		p.Set(leasetest.Blackhole) // no renewal confirmed; keep's check stalls too
+		for l.Remaining() > 40*time.Millisecond {
+			time.Sleep(2 * time.Millisecond)
+		}
+		return nil // in time
+	})
+	p.Set(leasetest.Pass)
+	if err != nil {
+		t.Fatalf("Do = %v: fn returned within its lease's validity", err)
+	}
+	kinds := obs.of(key)
+	if !slices.Contains(kinds, lease.EventLost) {
+		t.Fatalf("events %v: the lease ran out during keep and no loss was reported", kinds)
+	}
+	if lostAfterDone(kinds) {
+		t.Fatalf("events %v: EventLost after EventDone", kinds)
+	}
+	if err := c.Do(context.Background(), key, lease.Spec{TTL: 400 * time.Millisecond, Deadline: 3 * time.Second, Wait: 2 * time.Second}, nop); err != nil {
+		t.Fatal(err)
+	}
+	if lastKept.Load() {
+		t.Fatalf("the next call reused the lost lease (events %v)", obs.of(key))
+	}
+}
+
+// Several leases of one renewal batch are refused (their keys deleted):
+// the lookup that names a forced release is one round trip for the whole
+// batch, so each fn is cancelled about one round trip after the batch's
+// answer, not one per refused lease in a row.
+func TestAdversary6_RefusedBatchIsCancelledAfterOneLookup(t *testing.T) {
+	c, _, p, direct, _ := advProxied(t, nil)
+	// Connections for everything below, made before replies are delayed
+	// (a new connection's handshake would be delayed too).
+	var warmed sync.WaitGroup
+	for range 8 {
+		warmed.Add(1)
+		go func() {
+			defer warmed.Done()
+			_ = c.Do(context.Background(), uniqueKey(t), spec(time.Second, 5*time.Second), func(context.Context) error {
+				time.Sleep(50 * time.Millisecond)
+				return nil
+			})
+		}()
+	}
+	warmed.Wait()
+	const n, ttl, delay = 4, 3 * time.Second, 150 * time.Millisecond
+	var answered atomic.Int64
+	var batches atomic.Int32
+	defer lease.SetRenewedHook(func() {
+		if answered.CompareAndSwap(0, time.Now().UnixNano()) || batches.Load() > 0 {
+			batches.Add(1)
+		}
+	})()
+	cancelled := make([]time.Time, n)
+	var wg sync.WaitGroup
+	var ready sync.WaitGroup
+	ready.Add(n)
+	go1 := make(chan struct{})
+	for i := range n {
+		key := uniqueKey(t)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_ = c.Do(context.Background(), key, spec(ttl, 5*time.Second), func(ctx context.Context) error {
+				direct.Del(ctx, lockKey(key)) // the next renewal is refused
+				ready.Done()
+				<-go1
+				select {
+				case <-ctx.Done():
+					cancelled[i] = time.Now()
+				case <-time.After(ttl):
+				}
+				return nil
+			})
+		}()
+	}
+	ready.Wait()
+	p.SetDelay(delay)
+	p.Set(leasetest.Delay) // the renewal's answer and the lookup each take one delay
+	close(go1)
+	wg.Wait()
+	p.Set(leasetest.Pass)
+	// Looked up one after another, the cancellations would come n delays
+	// after the batch's answer (all at once: no lease is marked lost
+	// before every lookup is done); in one pipeline, about one.
+	at := time.Unix(0, answered.Load())
+	for i, ct := range cancelled {
+		if ct.IsZero() {
+			t.Fatalf("lease %d: fn not cancelled after its renewal was refused", i)
+		}
+		late := ct.Sub(at)
+		t.Logf("lease %d: cancelled %v after the batch's answer (%d batches)", i, late.Round(time.Millisecond), batches.Load())
+		if late > 2*delay+50*time.Millisecond {
+			t.Errorf("lease %d: cancelled %v after the batch's answer; one lookup takes %v", i, late.Round(time.Millisecond), delay)
+		}
+	}
 }

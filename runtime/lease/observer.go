@@ -100,8 +100,11 @@ type Event struct {
 // another goroutine (a renewal refused, the validity timer), the call
 // waits for that EventLost to be observed before it returns, for up to a
 // second; so an Observer must not wait for the call it observes to
-// return. A kept lease (Spec.Keep) lost between calls reports EventLost
-// to the last call that used it, after that call's EventDone.
+// return. EventDone's Err says whether the loss touched the call: a lease
+// lost after its function returned in time (while the Client was deciding
+// to keep it) reports EventLost, then an EventDone without error. A kept
+// lease (Spec.Keep) lost between calls reports EventLost to the last call
+// that used it, after that call's EventDone.
 type Observer interface {
 	Observe(Event)
 }

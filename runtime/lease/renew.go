@@ -266,11 +266,22 @@ func (rn *renewer) renew(ctx context.Context, f *flight, batch []*renewal) {
 	}
 
 	// A lease found not ours: was it released from outside (ForceRelease)?
-	// Asked before any lock is taken; only on this rare path.
+	// Asked before any lock is taken, for all of the batch's refused
+	// leases in one round trip; only on this rare path.
 	forced := make([]bool, len(batch))
+	var refused []int
 	for i, r := range batch {
 		if errs[i] == nil && results[i] == 0 && !r.stopped.Load() {
-			forced[i] = rn.c.forcedFromOutside(context.Background(), r.a.k, r.a.id)
+			refused = append(refused, i)
+		}
+	}
+	if len(refused) > 0 {
+		ks, ids := make([]keys, len(refused)), make([]string, len(refused))
+		for j, i := range refused {
+			ks[j], ids[j] = batch[i].a.k, batch[i].a.id
+		}
+		for j, f := range rn.c.forcedManyFromOutside(ks, ids) {
+			forced[refused[j]] = f
 		}
 	}
 	var events, losses []func()

@@ -49,7 +49,14 @@ func (a *call) run(ctx context.Context, l *Lease, fn func(context.Context) error
 		cancelLost(errEnded) // first: dctx and nested calls inherit this cause
 		cancelDeadline()
 		if returned && !l.isLost() && a.c.keep(l, a) {
-			return // kept (Spec.Keep): renewed, released later or reused
+			// Kept (Spec.Keep): renewed, released later or reused. Lost
+			// while keep asked Redis (fn had returned in time, so the call
+			// stands): the report may have come before the lease was kept,
+			// so forget it here too; its EventLost precedes EventDone.
+			if l.awaitReport() {
+				a.c.dropKept(l)
+			}
+			return
 		}
 		a.c.unkeep(l) // a reused kept lease whose fn panicked is released too
 		w.stop()
