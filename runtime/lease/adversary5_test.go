@@ -323,3 +323,66 @@ func TestAdversary6_RefusedBatchIsCancelledAfterOneLookup(t *testing.T) {
 		}
 	}
 }
+
+// A healthy lease shares a renewal batch with one whose key was deleted
+// from outside. Redis confirms the healthy lease's renewal; the lookup
+// that names the other's loss gets no answer (replies blackholed for a
+// moment right after the batch's answer) and waits out the release
+// timeout. The confirmed renewal must be applied first: the healthy lease
+// is not lost because of its neighbour (it was, before: the lookup ran
+// before any result was applied).
+func TestAdversary7_RefusedNeighbourDoesNotHoldBackARenewal(t *testing.T) {
+	const ttl, black = 300 * time.Millisecond, 80 * time.Millisecond
+	c, _, p, direct, _ := advProxied(t, nil)
+	var warmed sync.WaitGroup
+	for range 6 {
+		warmed.Add(1)
+		go func() {
+			defer warmed.Done()
+			_ = c.Do(context.Background(), uniqueKey(t), spec(time.Second, 5*time.Second), func(context.Context) error {
+				time.Sleep(50 * time.Millisecond)
+				return nil
+			})
+		}()
+	}
+	warmed.Wait()
+	var once atomic.Bool
+	defer lease.SetRenewedHook(func() {
+		if once.CompareAndSwap(false, true) {
+			p.Set(leasetest.Blackhole)
+			time.AfterFunc(black, func() { p.Set(leasetest.Pass) })
+		}
+	})()
+	var wg sync.WaitGroup
+	var errA, errB error
+	start := make(chan struct{})
+	wg.Add(2)
+	go func() {
+		defer wg.Done()
+		<-start
+		errA = c.Do(context.Background(), uniqueKey(t), spec(ttl, 5*time.Second), func(ctx context.Context) error {
+			select {
+			case <-time.After(2 * ttl):
+				return nil
+			case <-ctx.Done():
+				return context.Cause(ctx)
+			}
+		})
+	}()
+	go func() {
+		defer wg.Done()
+		<-start
+		key := uniqueKey(t)
+		errB = c.Do(context.Background(), key, spec(ttl, 5*time.Second), func(ctx context.Context) error {
+			direct.Del(ctx, lockKey(key))
+			<-ctx.Done()
+			return nil
+		})
+	}()
+	close(start)
+	wg.Wait()
+	if errA != nil {
+		t.Errorf("the healthy lease was lost with its neighbour: %v", errA)
+	}
+	mustIs(t, errB, lease.ErrLost)
+}

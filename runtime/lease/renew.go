@@ -68,6 +68,7 @@ type renewal struct {
 	// observer is ever called with it held.
 	mu      sync.Mutex
 	stopped atomic.Bool // Do has returned: results are ignored
+	refused bool        // a renewal was refused: lost once the batch is applied (renew's goroutine)
 }
 
 // flight is one batch on the wire. It is cancelled when every lease in it
@@ -265,27 +266,9 @@ func (rn *renewer) renew(ctx context.Context, f *flight, batch []*renewal) {
 		}
 	}
 
-	// A lease found not ours: was it released from outside (ForceRelease)?
-	// Asked before any lock is taken, for all of the batch's refused
-	// leases in one round trip; only on this rare path.
-	forced := make([]bool, len(batch))
-	var refused []int
-	for i, r := range batch {
-		if errs[i] == nil && results[i] == 0 && !r.stopped.Load() {
-			refused = append(refused, i)
-		}
-	}
-	if len(refused) > 0 {
-		ks, ids := make([]keys, len(refused)), make([]string, len(refused))
-		for j, i := range refused {
-			ks[j], ids[j] = batch[i].a.k, batch[i].a.id
-		}
-		for j, f := range rn.c.forcedManyFromOutside(ks, ids) {
-			forced[refused[j]] = f
-		}
-	}
 	var events, losses []func()
 	var requeue []*renewal
+	var refused []int
 	for i, r := range batch {
 		res, err := results[i], errs[i]
 		r.mu.Lock()
@@ -322,28 +305,17 @@ func (rn *renewer) renew(ctx context.Context, f *flight, batch []*renewal) {
 			r.setNext(sent.Add(r.interval))
 			requeue = append(requeue, r)
 		default:
-			what := "the key no longer holds this lease (it expired, was deleted from outside, or was taken)"
-			switch {
-			case res == -2:
-				what = "the key holds a value of another type (overwritten from outside)"
-			case forced[i]:
-				what = "the lease was released from outside (ForceRelease, e.g. leasectl release)"
-			}
-			cause := fmt.Errorf("%w: key %q: renewal refused: %s", ErrLost, a.key, what)
-			// Marked lost under r.mu (Do cannot return meanwhile without
-			// seeing it); reported after the unlock (Do waits for that
-			// before its EventDone).
-			if l.markLost(cause) {
-				losses = append(losses, func() {
-					l.reportLoss(cause, Event{Kind: EventRenewFailed, Took: took, Err: cause})
-				})
-			}
+			// Not ours: marked lost below, once the batch's confirmed
+			// renewals are applied (a lookup for the loss's wording must
+			// not hold them up).
+			refused = append(refused, i)
+			r.refused = true // stays in flight, out of the queue, until marked
 		}
 		r.mu.Unlock()
 	}
 	rn.mu.Lock()
 	for _, r := range batch {
-		if r.flight == f {
+		if r.flight == f && !r.refused {
 			r.flight = nil
 		}
 	}
@@ -356,6 +328,49 @@ func (rn *renewer) renew(ctx context.Context, f *flight, batch []*renewal) {
 	rn.mu.Unlock()
 	if wake {
 		rn.wakeLoop()
+	}
+	// A lease found not ours: was it released from outside (ForceRelease)?
+	// Asked without any lock held, for all of the batch's refused leases
+	// in one round trip (bounded by the release timeout; no answer only
+	// costs the wording), then each is marked lost under its r.mu (Do
+	// cannot return meanwhile without seeing it) and reported after the
+	// unlock (Do waits for that before its EventDone).
+	if len(refused) > 0 {
+		ks, ids := make([]keys, len(refused)), make([]string, len(refused))
+		for j, i := range refused {
+			ks[j], ids[j] = batch[i].a.k, batch[i].a.id
+		}
+		forced := rn.c.forcedManyFromOutside(ks, ids)
+		for j, i := range refused {
+			r := batch[i]
+			r.mu.Lock()
+			if r.stopped.Load() {
+				r.mu.Unlock()
+				continue
+			}
+			a, l := r.l.cur.Load(), r.l
+			what := "the key no longer holds this lease (it expired, was deleted from outside, or was taken)"
+			switch {
+			case results[i] == -2:
+				what = "the key holds a value of another type (overwritten from outside)"
+			case forced[j]:
+				what = "the lease was released from outside (ForceRelease, e.g. leasectl release)"
+			}
+			cause := fmt.Errorf("%w: key %q: renewal refused: %s", ErrLost, a.key, what)
+			if l.markLost(cause) {
+				losses = append(losses, func() {
+					l.reportLoss(cause, Event{Kind: EventRenewFailed, Took: took, Err: cause})
+				})
+			}
+			r.mu.Unlock()
+		}
+		rn.mu.Lock()
+		for _, i := range refused {
+			if r := batch[i]; r.flight == f {
+				r.flight = nil
+			}
+		}
+		rn.mu.Unlock()
 	}
 	// Observers run without any lock held: they may call anything,
 	// Client.Close included. Each loss is reported on its own goroutine,
