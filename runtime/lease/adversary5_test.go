@@ -259,18 +259,7 @@ func TestAdversary6_RefusedBatchIsCancelledAfterOneLookup(t *testing.T) {
 	c, _, p, direct, _ := advProxied(t, nil)
 	// Connections for everything below, made before replies are delayed
 	// (a new connection's handshake would be delayed too).
-	var warmed sync.WaitGroup
-	for range 8 {
-		warmed.Add(1)
-		go func() {
-			defer warmed.Done()
-			_ = c.Do(context.Background(), uniqueKey(t), spec(time.Second, 5*time.Second), func(context.Context) error {
-				time.Sleep(50 * time.Millisecond)
-				return nil
-			})
-		}()
-	}
-	warmed.Wait()
+	warmConns(t, c, 8)
 	const n, ttl, delay = 4, 3 * time.Second, 150 * time.Millisecond
 	var answered atomic.Int64
 	var batches atomic.Int32
@@ -334,18 +323,7 @@ func TestAdversary6_RefusedBatchIsCancelledAfterOneLookup(t *testing.T) {
 func TestAdversary7_RefusedNeighbourDoesNotHoldBackARenewal(t *testing.T) {
 	const ttl, black = 300 * time.Millisecond, 80 * time.Millisecond
 	c, _, p, direct, _ := advProxied(t, nil)
-	var warmed sync.WaitGroup
-	for range 6 {
-		warmed.Add(1)
-		go func() {
-			defer warmed.Done()
-			_ = c.Do(context.Background(), uniqueKey(t), spec(time.Second, 5*time.Second), func(context.Context) error {
-				time.Sleep(50 * time.Millisecond)
-				return nil
-			})
-		}()
-	}
-	warmed.Wait()
+	warmConns(t, c, 6)
 	var once atomic.Bool
 	defer lease.SetRenewedHook(func() {
 		if once.CompareAndSwap(false, true) {
@@ -385,4 +363,23 @@ func TestAdversary7_RefusedNeighbourDoesNotHoldBackARenewal(t *testing.T) {
 		t.Errorf("the healthy lease was lost with its neighbour: %v", errA)
 	}
 	mustIs(t, errB, lease.ErrLost)
+}
+
+// warmConns fills c's connection pool with n connections (n calls at
+// once), so that a test that delays or blackholes replies later does not
+// also delay the handshakes of new connections.
+func warmConns(t *testing.T, c *lease.Client, n int) {
+	t.Helper()
+	var wg sync.WaitGroup
+	for range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_ = c.Do(context.Background(), uniqueKey(t), spec(time.Second, 5*time.Second), func(context.Context) error {
+				time.Sleep(50 * time.Millisecond)
+				return nil
+			})
+		}()
+	}
+	wg.Wait()
 }
