@@ -383,3 +383,75 @@ func warmConns(t *testing.T, c *lease.Client, n int) {
 	}
 	wg.Wait()
 }
+
+// Lease A's renewal is confirmed after its validity ran out (its validity
+// timer ran late); neighbour B in the same batch was deleted from outside,
+// and the tombstone lookup for B gets no answer. A is marked lost when its
+// late confirmation is applied; its fn must be cancelled then, not after
+// B's lookup ends (the validity timer, even slightly late, finds A already
+// marked and leaves the report to the renewer). Found by round 8.
+func TestAdversary8_LateConfirmedLossIsNotHeldByANeighboursLookup(t *testing.T) {
+	const ttl, rto = 300 * time.Millisecond, time.Second
+	c, _, p, direct, _ := advProxied(t, nil, lease.WithReleaseTimeout(rto))
+	warm(t, c, uniqueKey(t))
+	var la, lb atomic.Pointer[lease.Lease]
+	var once atomic.Bool
+	var hookAt atomic.Int64
+	defer lease.SetRenewedHook(func() {
+		l := la.Load()
+		if l == nil || lb.Load() == nil || !once.CompareAndSwap(false, true) {
+			return
+		}
+		lease.StopValidityTimer(l)         // A's timer goroutine runs late
+		lease.StopValidityTimer(lb.Load()) // and B's
+		p.Set(leasetest.Blackhole)         // B's lookup gets no answer
+		for l.Remaining() > 0 {
+			time.Sleep(time.Millisecond)
+		}
+		time.Sleep(2 * time.Millisecond)
+		hookAt.Store(time.Now().UnixNano())
+		// A's timer goroutine was only a little late: it runs 5ms from now.
+		go func() { time.Sleep(5 * time.Millisecond); lease.RearmValidityTimer(l, 0) }()
+	})()
+	var wg sync.WaitGroup
+	var lostAt, cancelAt time.Time
+	var errA, errB error
+	start := make(chan struct{})
+	wg.Add(2)
+	go func() {
+		defer wg.Done()
+		<-start
+		errA = c.Do(context.Background(), uniqueKey(t), spec(ttl, 5*time.Second), func(ctx context.Context) error {
+			l, _ := lease.FromContext(ctx)
+			la.Store(l)
+			<-l.Lost()
+			lostAt = time.Now()
+			<-ctx.Done()
+			cancelAt = time.Now()
+			return nil
+		})
+	}()
+	go func() {
+		defer wg.Done()
+		<-start
+		key := uniqueKey(t)
+		errB = c.Do(context.Background(), key, spec(ttl, 5*time.Second), func(ctx context.Context) error {
+			l, _ := lease.FromContext(ctx)
+			lb.Store(l)
+			direct.Del(ctx, lockKey(key))
+			<-ctx.Done()
+			return nil
+		})
+	}()
+	close(start)
+	time.AfterFunc(3*time.Second, func() { p.Set(leasetest.Pass) })
+	wg.Wait()
+	p.Set(leasetest.Pass)
+	mustIs(t, errA, lease.ErrLost)
+	mustIs(t, errB, lease.ErrLost)
+	gap := cancelAt.Sub(time.Unix(0, hookAt.Load()))
+	t.Logf("A marked lost %v, cancelled %v after the batch was applied", lostAt.Sub(time.Unix(0, hookAt.Load())).Round(time.Millisecond), gap.Round(time.Millisecond))
+	if gap > 100*time.Millisecond {
+		t.Errorf("A's fn ran %v on a lost lease with its context live (waiting for B's tombstone lookup)", gap.Round(time.Millisecond))
+	}
+}

@@ -1,5 +1,7 @@
 package lease
 
+import "time"
+
 // Hooks for the package's external tests: they let a test play a
 // scheduler that runs some goroutine late.
 
@@ -21,3 +23,7 @@ func SetCheckKeptHook(f func()) (restore func()) {
 	testHookCheckKept.Store(&f)
 	return func() { testHookCheckKept.Store(nil) }
 }
+
+// RearmValidityTimer makes l's validity timer fire after d (a timer
+// goroutine that runs late, but runs).
+func RearmValidityTimer(l *Lease, d time.Duration) { l.w.timer.Reset(d) }

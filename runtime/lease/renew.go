@@ -329,6 +329,12 @@ func (rn *renewer) renew(ctx context.Context, f *flight, batch []*renewal) {
 	if wake {
 		rn.wakeLoop()
 	}
+	// Losses found so far (renewals confirmed too late) are reported now,
+	// each on its own goroutine: the lookup below must not delay them.
+	for _, report := range losses {
+		go report()
+	}
+	losses = nil
 	// A lease found not ours: was it released from outside (ForceRelease)?
 	// Asked without any lock held, for all of the batch's refused leases
 	// in one round trip (bounded by the release timeout; no answer only
