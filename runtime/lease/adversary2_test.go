@@ -353,6 +353,27 @@ func TestAdversary2_ForceReleasedClaimThenRegrantIsFalseLossAndStuckKey(t *testi
 	op, _ := newClient(t, srv.Client(t))
 	key := uniqueKey(t)
 	warm(t, c, key)
+	// W's Client first waits on the key once, so that its subscription to
+	// the key's channel is live before W queues: W is then woken only by
+	// the release's notification, which the proxy delays. (Otherwise the
+	// subscription's confirmation can wake W to look again just after the
+	// release and before the ForceRelease below; W then confirms its claim
+	// in time and the ForceRelease ends W's own lease: ErrLost is right,
+	// and the scenario is not the one under test; 5 runs in 80 under -race.)
+	pre := make(chan struct{})
+	preHeld := hold(t, holder, key, spec(5*time.Second, 10*time.Second), pre)
+	preDone := make(chan error, 1)
+	go func() {
+		preDone <- c.Do(context.Background(), key, lease.Spec{TTL: 5 * time.Second, Deadline: 10 * time.Second, Wait: 5 * time.Second}, nop)
+	}()
+	adv2WaitQueued(t, op, key, 1)
+	close(pre)
+	if err := <-preHeld; err != nil {
+		t.Fatal(err)
+	}
+	if err := <-preDone; err != nil {
+		t.Fatal(err)
+	}
 	release := make(chan struct{})
 	held := hold(t, holder, key, spec(5*time.Second, 10*time.Second), release)
 	var entered atomic.Bool
