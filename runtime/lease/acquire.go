@@ -30,7 +30,16 @@ func (a *call) acquireOnce(ctx context.Context, waitUntil time.Time) (*Lease, ti
 		if !limit.After(sent) {
 			return nil, 0, fmt.Errorf("%w: key %q: no time left in the budget to acquire (nothing sent)", ErrDeadline, a.key)
 		}
-		actx, cancel := context.WithDeadline(ctx, limit)
+		// Under fn's context when Do made it (a request waiting for a
+		// connection then waits no longer than the call's budget), or a
+		// deadline context of its own.
+		var actx context.Context = &a.acq
+		cancel := context.CancelFunc(nop)
+		if a.lctx != nil {
+			a.acq = limitCtx{Context: a.lctx, limit: limit}
+		} else {
+			actx, cancel = context.WithDeadline(ctx, limit)
+		}
 		var (
 			granted bool
 			tok     Token
@@ -43,15 +52,13 @@ func (a *call) acquireOnce(ctx context.Context, waitUntil time.Time) (*Lease, ti
 			granted, pttl, err = a.setNX(actx)
 		case a.c.replicas > 0:
 			var vals []any
-			keys, args := a.acquireArgs(sent, waitUntil)
-			vals, acked, err = a.acquireReplicated(actx, keys, args)
+			vals, acked, err = a.acquireReplicated(actx, a.acquireArgs(sent, waitUntil))
 			if err == nil {
 				granted, tok, pttl, err = parseAcquire(vals)
 			}
 		default:
 			var vals []any
-			keys, args := a.acquireArgs(sent, waitUntil)
-			vals, err = acquireScript.Run(actx, a.c.rdb, keys, args...).Slice()
+			vals, err = a.c.evalArgs(actx, acquireScript, a.acquireArgs(sent, waitUntil)).Slice()
 			if err == nil {
 				granted, tok, pttl, err = parseAcquire(vals)
 			}
@@ -100,31 +107,35 @@ func (a *call) acquireOnce(ctx context.Context, waitUntil time.Time) (*Lease, ti
 	}
 }
 
-// acquireArgs are the acquire script's keys and arguments. A caller that
+// acquireArgs are the acquire script's command line (its first two slots
+// left to evalArgs), built in the call's own argument array. A caller that
 // waits (waitUntil set) keeps a place in the queue for a little longer than
 // its next look (a re-check at the latest), never past its wait.
-func (a *call) acquireArgs(now, waitUntil time.Time) ([]string, []any) {
-	fence := "0"
+func (a *call) acquireArgs(now, waitUntil time.Time) []any {
+	var fence any = "0"
 	if a.spec.Fence {
 		fence = "1"
 	}
-	life := int64(0)
+	var life any = 0
 	if !waitUntil.IsZero() {
-		life = ms(min(waitUntil.Sub(now)+50*time.Millisecond, 2*a.c.recheck+100*time.Millisecond))
+		a.life.n = ms(min(waitUntil.Sub(now)+50*time.Millisecond, 2*a.c.recheck+100*time.Millisecond))
+		life = &a.life
 		if a.member == "" {
 			// The claim a release hands over must outlast a missed
 			// notification: this call looks again within a re-check.
 			claim := min(a.c.recheck+100*time.Millisecond, a.spec.TTL)
-			a.member = a.id + "|" + strconv.FormatInt(ms(a.spec.TTL), 10) + "|" + fence + "|" + strconv.FormatInt(ms(claim), 10)
+			a.member = a.id + "|" + strconv.FormatInt(ms(a.spec.TTL), 10) + "|" + fence.(string) + "|" + strconv.FormatInt(ms(claim), 10)
 		}
 	}
 	var memberArg any = ""
 	if a.member != "" {
-		memberArg = a.member
+		memberArg = sarg(&a.member)
 	}
-	k := a.k
-	return []string{k.lock, k.fence, k.queue, k.qexp},
-		[]any{a.id, ms(a.spec.TTL), fence, a.c.counterTTLArg, life, memberArg, k.channel}
+	a.ttl.n = ms(a.spec.TTL)
+	k := &a.k
+	a.argv = [...]any{nil, nil, "4", sarg(&k.lock), sarg(&k.fence), sarg(&k.queue), sarg(&k.qexp),
+		sarg(&a.id), &a.ttl, fence, a.c.counterTTLArg, life, memberArg, sarg(&k.channel)}
+	return a.argv[:]
 }
 
 // setNX is the acquire of an unfenced lease that will not wait: a native
@@ -136,9 +147,14 @@ func (a *call) acquireArgs(now, waitUntil time.Time) ([]string, []any) {
 // remaining time.
 func (a *call) setNX(ctx context.Context) (granted bool, pttl time.Duration, err error) {
 	own := a.idValue // identity + ":0"
-	ok, err := a.c.rdb.SetNX(ctx, a.k.lock, own, a.spec.TTL).Result()
-	if err != nil || ok {
-		return ok, 0, err
+	a.ttl.n = ms(a.spec.TTL)
+	a.argv = [...]any{"set", sarg(&a.k.lock), sarg(&a.idValue), "px", &a.ttl, "nx", nil, nil, nil, nil, nil, nil, nil, nil}
+	switch err := a.c.rdb.Do(ctx, a.argv[:6]...).Err(); err {
+	case nil:
+		return true, 0, nil
+	case redis.Nil: // not set: the key is taken
+	default:
+		return false, 0, err
 	}
 	pipe := a.c.rdb.Pipeline()
 	get := pipe.Get(ctx, a.k.lock)
@@ -170,7 +186,7 @@ func sleepCtx(ctx context.Context, d time.Duration) bool {
 
 // acquireReplicated sends the acquire and WAIT in one pipeline on the
 // connection to the key's master, and returns how many replicas acknowledged.
-func (a *call) acquireReplicated(ctx context.Context, keys []string, args []any) ([]any, int, error) {
+func (a *call) acquireReplicated(ctx context.Context, argv []any) ([]any, int, error) {
 	for try := 0; ; try++ {
 		pipe, err := a.c.pipeliner(ctx, a.k.lock)
 		if err != nil {
@@ -178,12 +194,11 @@ func (a *call) acquireReplicated(ctx context.Context, keys []string, args []any)
 		}
 		// EVALSHA, and on NOSCRIPT the same by EVAL (as Script.Run does;
 		// no SCRIPT LOAD, which a least-privilege ACL need not allow).
-		var eval *redis.Cmd
-		if try == 0 {
-			eval = pipe.EvalSha(ctx, acquireScript.Hash(), keys, args...)
-		} else {
-			eval = pipe.Eval(ctx, acquireSrc, keys, args...)
+		argv[0], argv[1] = "evalsha", acquireScript.sha
+		if try > 0 {
+			argv[0], argv[1] = "eval", acquireScript.src
 		}
+		eval := pipe.Do(ctx, argv...)
 		wait := pipe.Do(ctx, "WAIT", a.c.replicas, ms(a.c.replicaTimeout))
 		_, _ = pipe.Exec(ctx)
 		if err := eval.Err(); err != nil {

@@ -2,6 +2,9 @@ package lease_test
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
 	"testing"
 	"time"
 
@@ -65,20 +68,73 @@ func BenchmarkDoFenced(b *testing.B) {
 
 var rawRelease = redis.NewScript(`if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0`)
 
-// BenchmarkRawSetNXEvalDel is the floor: SET NX PX, then a compare-delete
-// script by EVALSHA (two round trips, no waiting, renewal or tokens).
+// BenchmarkRawSetNXEvalDel is the floor: SET NX PX with a new random
+// identity (as any lock must mint, and cmd/leasebench's raw lock does),
+// then a compare-delete script by EVALSHA (two round trips, no waiting,
+// renewal or tokens).
 func BenchmarkRawSetNXEvalDel(b *testing.B) {
 	_, rdb := benchClient(b)
 	ctx := context.Background()
 	b.ReportAllocs()
 	for b.Loop() {
-		ok, err := rdb.SetNX(ctx, "bench:raw", "0123456789abcdef0123456789abcdef", 10*time.Second).Result()
-		if err != nil || !ok {
-			b.Fatal(ok, err)
-		}
-		if err := rawRelease.Run(ctx, rdb, []string{"bench:raw"}, "0123456789abcdef0123456789abcdef").Err(); err != nil {
+		if err := rawLock(ctx, rdb, "bench:raw"); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// rawLock is one cycle of the raw floor.
+func rawLock(ctx context.Context, rdb *redis.Client, key string) error {
+	var id [16]byte
+	_, _ = rand.Read(id[:])
+	v := hex.EncodeToString(id[:])
+	ok, err := rdb.SetNX(ctx, key, v, 10*time.Second).Result()
+	if err != nil || !ok {
+		return fmt.Errorf("raw SET NX: %v %v", ok, err)
+	}
+	return rawRelease.Run(ctx, rdb, []string{key}, v).Err()
+}
+
+// Allocations are counted, not timed: an uncontended Do may allocate at
+// most 10 more objects than the raw floor (issue #15), and a fenced one
+// at most 4 more for minting the token (3 today). Counted on
+// the same go-redis client in one run, so that go-redis's own allocations
+// (connection checks, replies) cancel out.
+func TestDoAllocatesAtMostTenMoreThanARawLock(t *testing.T) {
+	rdb := shared.Client(t)
+	c, err := lease.New(rdb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx := context.Background()
+	s := lease.Spec{TTL: 10 * time.Second, Deadline: time.Minute}
+	fs := s
+	fs.Fence = true
+	key := uniqueKey(t)
+	runs := map[string]func(){
+		"raw":   func() { must(t, rawLock(ctx, rdb, key+":raw")) },
+		"Do":    func() { must(t, c.Do(ctx, key, s, nop)) },
+		"fence": func() { must(t, c.Do(ctx, key+":f", fs, nop)) },
+	}
+	allocs := map[string]float64{}
+	for _, name := range []string{"raw", "Do", "fence"} {
+		runs[name]() // warm: connections, scripts
+		allocs[name] = testing.AllocsPerRun(200, runs[name])
+	}
+	t.Logf("allocations per call: raw %.0f, Do %.0f, fenced Do %.0f", allocs["raw"], allocs["Do"], allocs["fence"])
+	if allocs["Do"] > allocs["raw"]+10 {
+		t.Errorf("an uncontended Do allocates %.0f objects, the raw floor %.0f: more than raw + 10", allocs["Do"], allocs["raw"])
+	}
+	if allocs["fence"] > allocs["raw"]+14 {
+		t.Errorf("a fenced Do allocates %.0f objects, the raw floor %.0f: more than raw + 14", allocs["fence"], allocs["raw"])
+	}
+}
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
 	}
 }
 

@@ -88,12 +88,11 @@ func (c *Client) Do(ctx context.Context, key string, spec Spec, fn func(ctx cont
 		a.observe(Event{Kind: EventAcquired, Kept: true, Wait: time.Since(a.start)})
 		return finish(a.run(ctx, l, fn))
 	}
-	a.k = redisKeys(c.prefix, key)
-
+	a.makeContexts(ctx)
 	l, err := a.obtain(ctx)
 	if err == nil {
 		err = a.run(ctx, l, fn)
-	} else if errors.Is(err, ErrBusy) && spec.Busy == BusySkip {
+	} else if a.stopContexts(); errors.Is(err, ErrBusy) && spec.Busy == BusySkip {
 		a.observe(Event{Kind: EventSkipped, Err: err})
 		noteSkip(ctx)
 		err = nil
@@ -122,8 +121,22 @@ type call struct {
 	entered time.Time       // when fn was entered (zero if it was not)
 	inFn    atomic.Bool     // fn is running (nested calls may reuse the lease)
 	lctx    context.Context // fn's context without the lease value (see reenter)
-	waiting bool            // EventWaiting was reported
-	token   Token
+
+	// fn's contexts (makeContexts), its context with the lease (run), and
+	// the acquire's and release's contexts, allocated with the call.
+	cancelLost     context.CancelCauseFunc
+	cancelDeadline context.CancelFunc
+	fctx           refCtx
+	acq            limitCtx
+	det            detachedCtx
+	waiting        bool // EventWaiting was reported
+	token          Token
+
+	// Command arguments, built in place (see args.go): the acquire's (SET
+	// or the acquire script's) command line, its TTL and queue lifetime.
+	argv      [3 + 4 + 7]any
+	ttl, life intArg
+	rel       relArgs // the call's own release's (sendRelease)
 
 	// A leader term (Lead) has no total deadline (end is far away: no
 	// deadline context for fn) and an owner, escaped with KeyPart, that
@@ -154,10 +167,11 @@ func newID() string {
 }
 
 // newAttempt gives the call a new identity, and its unfenced lock value
-// and tombstone key, in one allocation. The identity is 128 random bits in
-// hex; a leader candidate's identity also names its owner (Lead): hex "/"
-// KeyPart(owner), so that the owner is stored with the grant (see
-// redisKeys) and no script needs to know about it.
+// and tombstone key, in one allocation, with the call's keys when they are
+// not made yet. The identity is 128 random bits in hex; a leader
+// candidate's identity also names its owner (Lead): hex "/" KeyPart(owner),
+// so that the owner is stored with the grant (see redisKeys) and no script
+// needs to know about it.
 func (a *call) newAttempt() {
 	var raw [16]byte
 	_, _ = rand.Read(raw[:]) // never fails (crypto/rand)
@@ -166,7 +180,14 @@ func (a *call) newAttempt() {
 		n += 1 + len(a.owner)
 	}
 	var b strings.Builder
-	b.Grow(n + 2 + len(a.k.tomb) + n)
+	if a.k.lock == "" {
+		kn := keysLen(a.c.prefix, a.key)
+		b.Grow(kn + n + 2 + kn/6 + 1 + n)
+		a.k = writeKeys(&b, a.c.prefix, a.key)
+	} else {
+		b.Grow(n + 2 + len(a.k.tomb) + n)
+	}
+	from := b.Len()
 	var h [32]byte
 	hex.Encode(h[:], raw[:])
 	b.Write(h[:])
@@ -181,7 +202,7 @@ func (a *call) newAttempt() {
 		b.WriteByte(ownerSep)
 		b.WriteString(a.owner)
 	}
-	s := b.String()
+	s := b.String()[from:]
 	a.id, a.idValue, a.tomb = s[:n], s[:n+2], s[n+2:]
 }
 

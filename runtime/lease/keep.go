@@ -370,7 +370,7 @@ func (c *Client) releaseKept(l *Lease, deadline time.Time) {
 	l.mu.Unlock()
 	start := time.Now()
 	a := l.a
-	res, err := c.releaseWith(ctx, a.k, a.tomb, a.id, "", hold, "1")
+	res, err := c.releaseWith(ctx, nil, &a.k, &a.tomb, &a.id, nil, hold, "1")
 	l.ended.Store(true)
 	took := time.Since(start)
 	switch {

@@ -121,6 +121,13 @@ type keys struct {
 // splitIdentity).
 func redisKeys(prefix, key string) keys {
 	// One allocation for all six keys: they are substrings of one string.
+	var b strings.Builder
+	b.Grow(keysLen(prefix, key))
+	return writeKeys(&b, prefix, key)
+}
+
+// keysLen is the length of all six keys of key together.
+func keysLen(prefix, key string) int {
 	n := len(prefix) + len(key) + 2
 	for i := 0; i < len(key); i++ {
 		switch key[i] {
@@ -128,8 +135,13 @@ func redisKeys(prefix, key string) keys {
 			n += 2
 		}
 	}
-	var b strings.Builder
-	b.Grow(6*n + len(":l:f:c:r::q:x"))
+	return 6*n + len(":l:f:c:r::q:x")
+}
+
+// writeKeys writes the six keys into b and returns them as substrings of
+// what b holds (still valid after more is written to b).
+func writeKeys(b *strings.Builder, prefix, key string) keys {
+	from := b.Len()
 	var ends [6]int
 	for i, suffix := range [...]string{":l", ":f", ":c", ":r:", ":q", ":x"} {
 		b.WriteString(prefix)
@@ -150,11 +162,11 @@ func redisKeys(prefix, key string) keys {
 	}
 	all := b.String()
 	part := func(i int) string {
-		from := 0
+		start := from
 		if i > 0 {
-			from = ends[i-1]
+			start = ends[i-1]
 		}
-		return all[from:ends[i]]
+		return all[start:ends[i]]
 	}
 	return keys{lock: part(0), fence: part(1), channel: part(2), tomb: part(3), queue: part(4), qexp: part(5)}
 }

@@ -28,7 +28,8 @@ func (a *call) release(ctx context.Context, hold time.Duration) released {
 	if cap := now.Add(a.c.releaseTimeout); cap.Before(dl) {
 		dl = cap
 	}
-	rctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), dl)
+	a.det = detachedCtx{ctx}
+	rctx, cancel := context.WithDeadline(&a.det, dl)
 	defer cancel()
 	res, err := a.sendRelease(rctx, hold)
 	r := released{res: res, at: time.Now()}
@@ -65,31 +66,48 @@ func (a *call) release(ctx context.Context, hold time.Duration) released {
 // sendRelease runs the release script for this attempt's identity (and
 // queue entry, if it waited).
 func (a *call) sendRelease(ctx context.Context, hold time.Duration) (int64, error) {
-	return a.c.releaseWith(ctx, a.k, a.tomb, a.id, a.member, hold, "1")
+	return a.c.releaseWith(ctx, &a.rel, &a.k, &a.tomb, &a.id, &a.member, hold, "1")
 }
 
 // releaseAs runs the release script for identity id: the holder's own
 // release (tomb "1") or one forced from outside (tomb "x").
 func (c *Client) releaseAs(ctx context.Context, k keys, id, member string, hold time.Duration, tomb string) (int64, error) {
-	return c.releaseWith(ctx, k, k.tomb+id, id, member, hold, tomb)
+	tombKey := k.tomb + id
+	return c.releaseWith(ctx, nil, &k, &tombKey, &id, &member, hold, tomb)
 }
 
-// releaseWith is releaseAs with the tombstone key already built.
-func (c *Client) releaseWith(ctx context.Context, k keys, tombKey, id, member string, hold time.Duration, tomb string) (int64, error) {
+// relArgs are one release's arguments: one allocation.
+type relArgs struct {
+	argv [3 + 6 + 7]any
+	hold intArg
+}
+
+// releaseWith is releaseAs with the tombstone key already built, its
+// arguments in r (nil: allocated here; a call's own release uses the
+// call's). The strings it is given are read while the command is written:
+// the caller keeps them unchanged until it returns. member may be nil (no
+// queue entry).
+func (c *Client) releaseWith(ctx context.Context, r *relArgs, k *keys, tombKey, id, member *string, hold time.Duration, tomb string) (int64, error) {
+	if r == nil {
+		r = new(relArgs)
+	}
 	var holdArg any = 0
 	if hold > 0 {
-		holdArg = ms(hold)
+		r.hold.n = ms(hold)
+		holdArg = &r.hold
 	}
 	var memberArg any = ""
-	if member != "" {
-		memberArg = member
+	if member != nil && *member != "" {
+		memberArg = sarg(member)
 	}
 	tombArg := tombOwn
 	if tomb != "1" {
 		tombArg = tombForced
 	}
-	return releaseScript.Run(ctx, c.rdb, []string{k.lock, k.channel, tombKey, k.fence, k.queue, k.qexp},
-		id, holdArg, "PUBLISH", c.tombTTLArg, c.counterTTLArg, memberArg, tombArg).Int64()
+	r.argv = [...]any{nil, nil, "6",
+		sarg(&k.lock), sarg(&k.channel), sarg(tombKey), sarg(&k.fence), sarg(&k.queue), sarg(&k.qexp),
+		sarg(id), holdArg, "PUBLISH", c.tombTTLArg, c.counterTTLArg, memberArg, tombArg}
+	return c.evalArgs(ctx, releaseScript, r.argv[:]).Int64()
 }
 
 // Tombstone values, boxed once.

@@ -12,21 +12,20 @@ import (
 // then the release. A lease whose validity ended before fn returned, or that
 // the release finds no longer ours, is lost whatever the timers did.
 func (a *call) run(ctx context.Context, l *Lease, fn func(context.Context) error) (err error) {
-	lctx, cancelLost := context.WithCancelCause(ctx)
-	dctx, cancelDeadline := lctx, context.CancelFunc(func() {})
-	if !a.unbounded { // a leader term runs until ctx ends: no deadline of its own
-		dctx, cancelDeadline = context.WithDeadlineCause(lctx, a.end.Add(-a.reserve), ErrDeadline)
+	if a.lctx == nil {
+		a.makeContexts(ctx)
 	}
+	dctx, cancelLost, cancelDeadline := a.lctx, a.cancelLost, a.cancelDeadline
 	l.setCall(cancelLost)
 	if l.isLost() {
 		// Lost while passing to this call (a kept lease): the loss
 		// cancelled the previous call's context, not this one's.
 		cancelLost(l.Err())
 	}
-	a.lctx = dctx
 	l.cur.Store(a)
 	l.holdTo(a.sent.Add(a.spec.HoldMin))
-	fctx := context.WithValue(dctx, ctxKey{}, &leaseRef{l: l, a: a, parent: refFrom(ctx)})
+	a.fctx = refCtx{Context: dctx, ref: leaseRef{l: l, a: a, parent: refFrom(ctx)}}
+	fctx := &a.fctx
 	w := l.w
 	if w == nil {
 		w = a.watch(l)
@@ -96,6 +95,64 @@ func (a *call) run(ctx context.Context, l *Lease, fn func(context.Context) error
 	returned = true
 	return err
 }
+
+// makeContexts makes fn's context before the acquire, whose requests it
+// also bounds (see acquireOnce): one cancelled with the loss's cause, and
+// under it one with the call's deadline (none for a leader term, which
+// runs until ctx ends). A call that does not enter fn stops them.
+func (a *call) makeContexts(ctx context.Context) {
+	lctx, cancelLost := context.WithCancelCause(ctx)
+	a.lctx, a.cancelLost, a.cancelDeadline = lctx, cancelLost, context.CancelFunc(nop)
+	if !a.unbounded {
+		a.lctx, a.cancelDeadline = context.WithDeadlineCause(lctx, a.end.Add(-a.reserve), ErrDeadline)
+	}
+}
+
+func nop() {}
+
+// stopContexts ends the contexts of a call that did not enter fn.
+func (a *call) stopContexts() {
+	if a.lctx != nil {
+		a.cancelDeadline()
+		a.cancelLost(nil)
+	}
+}
+
+// refCtx is fn's context: the call's context and the lease reference
+// that FromContext and nested calls find, in one value allocated with the
+// call (context.WithValue would cost two allocations).
+type refCtx struct {
+	context.Context
+	ref leaseRef
+}
+
+func (c *refCtx) Value(key any) any {
+	if _, ok := key.(ctxKey); ok {
+		return &c.ref
+	}
+	return c.Context.Value(key)
+}
+
+// limitCtx is a context with an earlier deadline than its parent's and
+// the parent's cancellation: go-redis (ContextTimeoutEnabled) bounds a
+// request's dial, writes and reads by Deadline, and its waits (a pool
+// turn, a retry's pause) by Done, so a request under it ends by the limit
+// or, waiting for a connection, by the parent's end. It saves the
+// allocations and timer of context.WithDeadline on the hot path.
+type limitCtx struct {
+	context.Context
+	limit time.Time
+}
+
+func (c *limitCtx) Deadline() (time.Time, bool) { return c.limit, true }
+
+// detachedCtx is context.WithoutCancel(ctx) allocated with the call: the
+// values of ctx (a trace span for hooks), none of its cancellation.
+type detachedCtx struct{ context.Context }
+
+func (detachedCtx) Deadline() (time.Time, bool) { return time.Time{}, false }
+func (detachedCtx) Done() <-chan struct{}       { return nil }
+func (detachedCtx) Err() error                  { return nil }
 
 // lossCause is the cause of a loss detected by the clock, with the last
 // renewal failure when there was one.

@@ -16,7 +16,7 @@ var (
 
 	// Scripts run with EVALSHA and fall back to EVAL on NOSCRIPT (after a
 	// restart or SCRIPT FLUSH); all three are safe to replay.
-	acquireScript = redis.NewScript(acquireSrc)
+	acquireScript = newScript(acquireSrc)
 	renewScript   = redis.NewScript(renewSrc)
-	releaseScript = redis.NewScript(releaseSrc)
+	releaseScript = newScript(releaseSrc)
 )
