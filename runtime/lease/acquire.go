@@ -64,6 +64,13 @@ func (a *call) acquireOnce(ctx context.Context, waitUntil time.Time) (*Lease, ti
 			}
 		}
 		cancel()
+		if err != nil && !time.Now().Before(limit) {
+			// Past the limit, go-redis may have retried a request that
+			// timed out at it: the last attempt's error (a dial that could
+			// not start, say) does not tell whether the first was carried
+			// out.
+			return nil, 0, a.unknown(ctx, err, true)
+		}
 		if err != nil {
 			switch classify(err) {
 			case outRedirect:
@@ -81,7 +88,7 @@ func (a *call) acquireOnce(ctx context.Context, waitUntil time.Time) (*Lease, ti
 				}
 				return nil, 0, a.refused("acquire", err)
 			}
-			return nil, 0, a.unknown(ctx, err)
+			return nil, 0, a.unknown(ctx, err, false)
 		}
 		if !granted {
 			return nil, pttl, nil
@@ -249,10 +256,11 @@ func (a *call) refused(what string, err error) error {
 }
 
 // unknown handles an acquire whose outcome is unknown: fn is not called and
-// one bounded conditional release is sent with the same identity.
-func (a *call) unknown(ctx context.Context, err error) error {
+// one bounded conditional release is sent with the same identity. late: no
+// reply came by the acquire's limit.
+func (a *call) unknown(ctx context.Context, err error, late bool) error {
 	var e error
-	if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
+	if (late || errors.Is(err, context.DeadlineExceeded)) && ctx.Err() == nil {
 		// The acquire's own limit, not a deadline of the call: a grant read
 		// later could not have been entered.
 		e = fmt.Errorf("%w: acquire of key %q: no reply in time to enter a grant (%v)", ErrUnknown, a.key, err)

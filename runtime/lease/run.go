@@ -133,18 +133,46 @@ func (c *refCtx) Value(key any) any {
 	return c.Context.Value(key)
 }
 
-// limitCtx is a context with an earlier deadline than its parent's and
-// the parent's cancellation: go-redis (ContextTimeoutEnabled) bounds a
-// request's dial, writes and reads by Deadline, and its waits (a pool
-// turn, a retry's pause) by Done, so a request under it ends by the limit
-// or, waiting for a connection, by the parent's end. It saves the
-// allocations and timer of context.WithDeadline on the hot path.
+// limitCtx is a context with an earlier deadline than its parent's: it
+// saves the allocations and timer of context.WithDeadline on the hot path.
+// go-redis (ContextTimeoutEnabled) bounds a request's dial, writes and
+// reads by Deadline, and its waits (a pool turn, a retry's pause) by
+// Done. Done is the parent's until the limit, and a closed channel from
+// then on, with Err DeadlineExceeded: a wait that begins after the limit
+// (go-redis's retry of a read that timed out at the limit) ends at once,
+// as under WithDeadline; one that began before it ends by the parent's
+// end (the call's budget). Done changing over time is outside the Context
+// contract; only go-redis sees this context, and it asks Done anew for
+// every wait.
 type limitCtx struct {
 	context.Context
 	limit time.Time
 }
 
 func (c *limitCtx) Deadline() (time.Time, bool) { return c.limit, true }
+
+func (c *limitCtx) Done() <-chan struct{} {
+	if !time.Now().Before(c.limit) {
+		return closedChan
+	}
+	return c.Context.Done()
+}
+
+func (c *limitCtx) Err() error {
+	if err := c.Context.Err(); err != nil {
+		return err
+	}
+	if !time.Now().Before(c.limit) {
+		return context.DeadlineExceeded
+	}
+	return nil
+}
+
+var closedChan = func() chan struct{} {
+	ch := make(chan struct{})
+	close(ch)
+	return ch
+}()
 
 // detachedCtx is context.WithoutCancel(ctx) allocated with the call: the
 // values of ctx (a trace span for hooks), none of its cancellation.

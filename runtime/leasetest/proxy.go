@@ -1,6 +1,7 @@
 package leasetest
 
 import (
+	"errors"
 	"io"
 	"net"
 	"sync"
@@ -116,6 +117,12 @@ func (p *Proxy) CloseConns() {
 	p.mu.Unlock()
 }
 
+// Refuse closes the proxy's listener: new connections are refused, while
+// open ones go on following Set (a server that stopped accepting, or a
+// network path that lets established connections through). Close still
+// closes them.
+func (p *Proxy) Refuse() error { return p.ln.Close() }
+
 // Close stops the proxy and closes its connections.
 func (p *Proxy) Close() error {
 	p.mu.Lock()
@@ -124,6 +131,9 @@ func (p *Proxy) Close() error {
 	err := p.ln.Close()
 	p.CloseConns()
 	p.wg.Wait()
+	if errors.Is(err, net.ErrClosed) {
+		err = nil // refused already (Refuse)
+	}
 	return err
 }
 
