@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"time"
 
@@ -123,10 +124,11 @@ func (a *call) acquireArgs(now, waitUntil time.Time) []any {
 	if a.spec.Fence {
 		fence = "1"
 	}
+	x := a.newAcqArgs()
 	var life any = 0
 	if !waitUntil.IsZero() {
-		a.life.n = ms(min(waitUntil.Sub(now)+50*time.Millisecond, 2*a.c.recheck+100*time.Millisecond))
-		life = &a.life
+		x.life.n = ms(min(waitUntil.Sub(now)+50*time.Millisecond, 2*a.c.recheck+100*time.Millisecond))
+		life = &x.life
 		if a.member == "" {
 			// The claim a release hands over must outlast a missed
 			// notification: this call looks again within a re-check.
@@ -138,11 +140,11 @@ func (a *call) acquireArgs(now, waitUntil time.Time) []any {
 	if a.member != "" {
 		memberArg = sarg(&a.member)
 	}
-	a.ttl.n = ms(a.spec.TTL)
+	x.ttl.n = ms(a.spec.TTL)
 	k := &a.k
-	a.argv = [...]any{nil, nil, "4", sarg(&k.lock), sarg(&k.fence), sarg(&k.queue), sarg(&k.qexp),
-		sarg(&a.id), &a.ttl, fence, a.c.counterTTLArg, life, memberArg, sarg(&k.channel)}
-	return a.argv[:]
+	x.argv = [...]any{nil, nil, "4", sarg(&k.lock), sarg(&k.fence), sarg(&k.queue), sarg(&k.qexp),
+		sarg(&a.id), &x.ttl, fence, a.c.counterTTLArg, life, memberArg, sarg(&k.channel)}
+	return x.argv[:]
 }
 
 // setNX is the acquire of an unfenced lease that will not wait: a native
@@ -154,9 +156,10 @@ func (a *call) acquireArgs(now, waitUntil time.Time) []any {
 // remaining time.
 func (a *call) setNX(ctx context.Context) (granted bool, pttl time.Duration, err error) {
 	own := a.idValue // identity + ":0"
-	a.ttl.n = ms(a.spec.TTL)
-	a.argv = [...]any{"set", sarg(&a.k.lock), sarg(&a.idValue), "px", &a.ttl, "nx", nil, nil, nil, nil, nil, nil, nil, nil}
-	switch err := a.c.rdb.Do(ctx, a.argv[:6]...).Err(); err {
+	x := a.newAcqArgs()
+	x.ttl.n = ms(a.spec.TTL)
+	x.argv = [...]any{"set", sarg(&a.k.lock), sarg(&a.idValue), "px", &x.ttl, "nx", nil, nil, nil, nil, nil, nil, nil, nil}
+	switch err := a.c.rdb.Do(ctx, x.argv[:6]...).Err(); err {
 	case nil:
 		return true, 0, nil
 	case redis.Nil: // not set: the key is taken
@@ -201,9 +204,11 @@ func (a *call) acquireReplicated(ctx context.Context, argv []any) ([]any, int, e
 		}
 		// EVALSHA, and on NOSCRIPT the same by EVAL (as Script.Run does;
 		// no SCRIPT LOAD, which a least-privilege ACL need not allow).
-		argv[0], argv[1] = "evalsha", acquireScript.sha
 		if try > 0 {
+			argv = slices.Clone(argv) // the first command stays as sent
 			argv[0], argv[1] = "eval", acquireScript.src
+		} else {
+			argv[0], argv[1] = "evalsha", acquireScript.sha
 		}
 		eval := pipe.Do(ctx, argv...)
 		wait := pipe.Do(ctx, "WAIT", a.c.replicas, ms(a.c.replicaTimeout))

@@ -2,6 +2,7 @@ package lease
 
 import (
 	"context"
+	"slices"
 	"strconv"
 	"unsafe"
 
@@ -46,16 +47,44 @@ func (i *intArg) String() string { return strconv.FormatInt(i.n, 10) }
 
 // evalArgs runs a script by EVALSHA with argv, whose first two slots it
 // fills (argv[2] is the number of keys, the keys and arguments follow), and
-// on NOSCRIPT by EVAL with the same arguments, as Script.Run does (no
-// SCRIPT LOAD, which a least-privilege ACL need not allow).
+// on NOSCRIPT by EVAL with a copy of the arguments, as Script.Run does (no
+// SCRIPT LOAD, which a least-privilege ACL need not allow). A command once
+// sent is never changed: a hook may keep it and format it later.
 func (c *Client) evalArgs(ctx context.Context, s *script, argv []any) *redis.Cmd {
 	argv[0], argv[1] = "evalsha", s.sha
 	cmd := c.rdb.Do(ctx, argv...)
 	if err := cmd.Err(); err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
+		argv = slices.Clone(argv)
 		argv[0], argv[1] = "eval", s.src
 		cmd = c.rdb.Do(ctx, argv...)
 	}
 	return cmd
+}
+
+// acqArgs are one acquire's arguments: its command line (SET or the
+// acquire script), its TTL and queue lifetime.
+type acqArgs struct {
+	argv      [3 + 4 + 7]any
+	ttl, life intArg
+}
+
+// newAcqArgs gives an acquire its arguments: the call's own the first
+// time, new ones after.
+func (a *call) newAcqArgs() *acqArgs {
+	if !a.acqUsed {
+		a.acqUsed = true
+		return &a.acqArgs
+	}
+	return new(acqArgs)
+}
+
+// newRelArgs is newAcqArgs for a release of the call's identity.
+func (a *call) newRelArgs() *relArgs {
+	if !a.relUsed {
+		a.relUsed = true
+		return &a.rel
+	}
+	return new(relArgs)
 }
 
 // script is a Lua script with its SHA1 and source boxed once.

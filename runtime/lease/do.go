@@ -132,11 +132,14 @@ type call struct {
 	waiting        bool // EventWaiting was reported
 	token          Token
 
-	// Command arguments, built in place (see args.go): the acquire's (SET
-	// or the acquire script's) command line, its TTL and queue lifetime.
-	argv      [3 + 4 + 7]any
-	ttl, life intArg
-	rel       relArgs // the call's own release's (sendRelease)
+	// Command arguments (see args.go), allocated with the call for its
+	// first acquire and its own release; a later acquire (a waiter's next
+	// look, a retry) gets new ones, so that a command a go-redis hook kept
+	// never changes under it.
+	acqArgs acqArgs
+	acqUsed bool
+	rel     relArgs // the call's own release's (sendRelease)
+	relUsed bool
 
 	// A leader term (Lead) has no total deadline (end is far away: no
 	// deadline context for fn) and an owner, escaped with KeyPart, that

@@ -66,7 +66,7 @@ func (a *call) release(ctx context.Context, hold time.Duration) released {
 // sendRelease runs the release script for this attempt's identity (and
 // queue entry, if it waited).
 func (a *call) sendRelease(ctx context.Context, hold time.Duration) (int64, error) {
-	return a.c.releaseWith(ctx, &a.rel, &a.k, &a.tomb, &a.id, &a.member, hold, "1")
+	return a.c.releaseWith(ctx, a.newRelArgs(), &a.k, &a.tomb, &a.id, &a.member, hold, "1")
 }
 
 // releaseAs runs the release script for identity id: the holder's own
