@@ -31,7 +31,7 @@ import (
 
 var (
 	rounds  = flag.Int("rounds", 5, "uncontended: rounds (libraries interleaved in each)")
-	cycles  = flag.Int("cycles", 400, "uncontended: acquire+release cycles per library per round")
+	cycles  = flag.Int("cycles", 2000, "uncontended: acquire+release cycles per library per round")
 	workers = flag.Int("workers", 8, "contended: workers")
 	loops   = flag.Int("loops", 200, "contended: locks per worker")
 	hold    = flag.Duration("hold", time.Millisecond, "contended: time each lock is held")
