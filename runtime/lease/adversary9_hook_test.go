@@ -3,7 +3,6 @@ package lease_test
 import (
 	"context"
 	"fmt"
-	"net"
 	"strings"
 	"sync"
 	"testing"
@@ -63,8 +62,6 @@ func (h *adv9Hook) take() []adv9Seen {
 	return s
 }
 
-var _ net.Conn // keep net imported for helpers below
-
 // A hook sees the real key strings and numbers (no pointer addresses), and
 // the caller's ctx values, in the acquire and in the release, for every
 // path of the hot path: SET NX, the acquire script, a waiter's queue
@@ -118,18 +115,7 @@ func TestAdversary9_HookSeesRealArgsAndCallerValues(t *testing.T) {
 	}
 
 	// A waiter: its queue member and life argument.
-	key := uniqueKey(t)
-	release := make(chan struct{})
-	done := hold(t, c, key, spec(2*time.Second, 5*time.Second), release)
-	time.AfterFunc(300*time.Millisecond, func() { close(release) })
-	h.take()
-	s := spec(2*time.Second, 5*time.Second)
-	s.Wait = 3 * time.Second
-	if err := c.Do(ctx, key, s, nop); err != nil {
-		t.Fatal(err)
-	}
-	<-done
-	for _, s := range h.take() {
+	for _, s := range adv9Waiter(t, ctx, h, c, c, 300*time.Millisecond) {
 		if s.value == nil { // the holder's commands (background ctx)
 			continue
 		}
@@ -138,6 +124,24 @@ func TestAdversary9_HookSeesRealArgsAndCallerValues(t *testing.T) {
 			t.Errorf("waiter: hook saw a pointer: %s", s.str)
 		}
 	}
+}
+
+// adv9Waiter runs a call on c that waits for a new key, which holder holds
+// for holdFor, and returns the commands h saw meanwhile.
+func adv9Waiter(t *testing.T, ctx context.Context, h *adv9Hook, c, holder *lease.Client, holdFor time.Duration) []adv9Seen {
+	t.Helper()
+	key := uniqueKey(t)
+	release := make(chan struct{})
+	done := hold(t, holder, key, spec(2*time.Second, 5*time.Second), release)
+	time.AfterFunc(holdFor, func() { close(release) })
+	h.take()
+	s := spec(2*time.Second, 5*time.Second)
+	s.Wait = 3 * time.Second
+	if err := c.Do(ctx, key, s, nop); err != nil {
+		t.Fatal(err)
+	}
+	<-done
+	return h.take()
 }
 
 func trunc(s string) string {
@@ -177,19 +181,8 @@ func TestAdversary9_KeptCommandArgsAreNotRewrittenLater(t *testing.T) {
 
 	// A waiter's acquires: the holder holds for 600ms; the waiter acquires
 	// (busy), then again on the release.
-	key = uniqueKey(t)
-	release := make(chan struct{})
 	holder, _ := sharedClient(t)
-	done := hold(t, holder, key, spec(2*time.Second, 5*time.Second), release)
-	time.AfterFunc(600*time.Millisecond, func() { close(release) })
-	h.take()
-	s := spec(2*time.Second, 5*time.Second)
-	s.Wait = 3 * time.Second
-	if err := c.Do(ctx, key, s, nop); err != nil {
-		t.Fatal(err)
-	}
-	<-done
-	for _, s := range h.take() {
+	for _, s := range adv9Waiter(t, ctx, h, c, holder, 600*time.Millisecond) {
 		if now := fmt.Sprint(s.cmd.Args()); now != s.args {
 			changed++
 			t.Errorf("waiter: command %q changed after it ran:\n  in the hook: %s\n  later:       %s", s.name, trunc(s.args), trunc(now))

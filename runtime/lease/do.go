@@ -184,8 +184,8 @@ func (a *call) newAttempt() {
 	}
 	var b strings.Builder
 	if a.k.lock == "" {
-		kn := keysLen(a.c.prefix, a.key)
-		b.Grow(kn + n + 2 + kn/6 + 1 + n)
+		tomb := keyBase(a.c.prefix, a.key) + len(":r:")
+		b.Grow(keysLen(a.c.prefix, a.key) + n + 2 + tomb + n)
 		a.k = writeKeys(&b, a.c.prefix, a.key)
 	} else {
 		b.Grow(n + 2 + len(a.k.tomb) + n)

@@ -126,8 +126,9 @@ func redisKeys(prefix, key string) keys {
 	return writeKeys(&b, prefix, key)
 }
 
-// keysLen is the length of all six keys of key together.
-func keysLen(prefix, key string) int {
+// keyBase is the length of prefix + "{" + esc(key) + "}", the part all six
+// keys share.
+func keyBase(prefix, key string) int {
 	n := len(prefix) + len(key) + 2
 	for i := 0; i < len(key); i++ {
 		switch key[i] {
@@ -135,8 +136,11 @@ func keysLen(prefix, key string) int {
 			n += 2
 		}
 	}
-	return 6*n + len(":l:f:c:r::q:x")
+	return n
 }
+
+// keysLen is the length of all six keys of key together.
+func keysLen(prefix, key string) int { return 6*keyBase(prefix, key) + len(":l:f:c:r::q:x") }
 
 // writeKeys writes the six keys into b and returns them as substrings of
 // what b holds (still valid after more is written to b).
