@@ -90,9 +90,12 @@ func (c *Client) Do(ctx context.Context, key string, spec Spec, fn func(ctx cont
 	}
 	a.makeContexts(ctx)
 	l, err := a.obtain(ctx)
+	if err != nil {
+		a.stopContexts() // fn will not run
+	}
 	if err == nil {
 		err = a.run(ctx, l, fn)
-	} else if a.stopContexts(); errors.Is(err, ErrBusy) && spec.Busy == BusySkip {
+	} else if errors.Is(err, ErrBusy) && spec.Busy == BusySkip {
 		a.observe(Event{Kind: EventSkipped, Err: err})
 		noteSkip(ctx)
 		err = nil
