@@ -164,8 +164,8 @@ type kind struct {
 // help here; fairness and wake-ups must work across clients.
 func contendedProcesses(addr string, kinds []kind) error {
 	fmt.Printf("## 2b. Contended across processes: %d workers × %d loops × %v hold on one key, one client per worker\n\n", *workers, *loops, *hold)
-	fmt.Println("| library | wall | wall / raw | handoffs to another worker | max wait | commands/lock | p99 wait |")
-	fmt.Println("|---|---|---|---|---|---|---|")
+	fmt.Println("| library | wall | wall / raw | handoffs to another worker | handoff gap p50 | mean | p99 | max wait | commands/lock | p99 wait |")
+	fmt.Println("|---|---|---|---|---|---|---|---|---|---|")
 	var rawWall time.Duration
 	for i, k := range kinds {
 		key := fmt.Sprintf("p:%d", i)
@@ -218,17 +218,24 @@ func contendedProcesses(addr string, kinds []kind) error {
 		}
 		sort.Slice(gs, func(a, b int) bool { return gs[a].got.Before(gs[b].got) })
 		changed := 0
-		var waits []time.Duration
+		var waits, gap []time.Duration
+		var gapSum time.Duration
 		for j, g := range gs {
 			waits = append(waits, g.got.Sub(g.asked))
-			if j > 0 && g.worker != gs[j-1].worker {
+			if j == 0 {
+				continue
+			}
+			if g.worker != gs[j-1].worker {
 				changed++
 			}
+			d := g.got.Sub(gs[j-1].rel)
+			gap = append(gap, d)
+			gapSum += d
 		}
 		n := len(gs)
-		fmt.Printf("| %s | %v | %.2f× | %.0f%% | %v | %.2f | %v |\n", k.name, wall.Round(time.Millisecond), float64(wall)/float64(rawWall),
-			100*float64(changed)/float64(n-1), percentile(waits, 1).Round(time.Millisecond), float64(cmds)/float64(n),
-			percentile(waits, 0.99).Round(time.Millisecond))
+		fmt.Printf("| %s | %v | %.2f× | %.0f%% | %s | %s | %s | %v | %.2f | %v |\n", k.name, wall.Round(time.Millisecond), float64(wall)/float64(rawWall),
+			100*float64(changed)/float64(n-1), us(percentile(gap, 0.5)), us(gapSum/time.Duration(len(gap))), us(percentile(gap, 0.99)),
+			percentile(waits, 1).Round(time.Millisecond), float64(cmds)/float64(n), percentile(waits, 0.99).Round(time.Millisecond))
 	}
 	fmt.Println()
 	return nil

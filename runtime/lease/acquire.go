@@ -20,6 +20,7 @@ import (
 func (a *call) acquireOnce(ctx context.Context, waitUntil time.Time) (*Lease, time.Duration, error) {
 	ttl := a.spec.TTL
 	for try := 0; ; try++ {
+		a.seq++
 		sent := time.Now()
 		// A reply read after the lease's own end is worthless; one read
 		// after valid-until − MinValidity is a known grant that cannot be
@@ -92,6 +93,7 @@ func (a *call) acquireOnce(ctx context.Context, waitUntil time.Time) (*Lease, ti
 			return nil, 0, a.unknown(ctx, err, false)
 		}
 		if !granted {
+			a.busySent, a.busySeq = sent, a.seq
 			return nil, pttl, nil
 		}
 		a.sent, a.token = sent, tok
@@ -106,13 +108,19 @@ func (a *call) acquireOnce(ctx context.Context, waitUntil time.Time) (*Lease, ti
 			a.observe(Event{Kind: EventUnreplicated, Err: e})
 			return nil, 0, fmt.Errorf("%w%s", e, a.releaseUnused(ctx))
 		}
-		l := &a.lease // one allocation with the call
-		l.c, l.a, l.key, l.owner, l.token, l.fenced = a.c, a, a.key, a.id, tok, a.spec.Fence
-		l.validUntil, l.lost = validUntil, make(chan struct{})
-		l.cur.Store(a)
-		a.observe(Event{Kind: EventAcquired, Wait: time.Since(a.start)})
-		return l, 0, nil
+		return a.granted(tok, validUntil), 0, nil
 	}
+}
+
+// granted makes the call's lease for a confirmed grant (a.sent and a.token
+// set).
+func (a *call) granted(tok Token, validUntil time.Time) *Lease {
+	l := &a.lease // one allocation with the call
+	l.c, l.a, l.key, l.owner, l.token, l.fenced = a.c, a, a.key, a.id, tok, a.spec.Fence
+	l.validUntil, l.lost = validUntil, make(chan struct{})
+	l.cur.Store(a)
+	a.observe(Event{Kind: EventAcquired, Wait: time.Since(a.start)})
+	return l
 }
 
 // acquireArgs are the acquire script's command line (its first two slots
@@ -130,10 +138,15 @@ func (a *call) acquireArgs(now, waitUntil time.Time) []any {
 		x.life.n = ms(min(waitUntil.Sub(now)+50*time.Millisecond, 2*a.c.recheck+100*time.Millisecond))
 		life = &x.life
 		if a.member == "" {
-			// The claim a release hands over must outlast a missed
-			// notification: this call looks again within a re-check.
+			// A release hands the lease over for the full TTL when this
+			// Client's inbox (its own channel) has a subscriber: the call
+			// then enters on the release's message, without another round
+			// trip (see enterOnNotice). Otherwise it gets a claim that
+			// only has to outlast a missed notification (the call looks
+			// again within a re-check and confirms it), so that a waiter
+			// whose process is gone holds the key up no longer than that.
 			claim := min(a.c.recheck+100*time.Millisecond, a.spec.TTL)
-			a.member = a.id + "|" + strconv.FormatInt(ms(a.spec.TTL), 10) + "|" + fence.(string) + "|" + strconv.FormatInt(ms(claim), 10)
+			a.member = a.id + "|" + strconv.FormatInt(ms(a.spec.TTL), 10) + "|" + fence.(string) + "|" + strconv.FormatInt(ms(claim), 10) + "|" + a.c.hub.probe
 		}
 	}
 	var memberArg any = ""
@@ -141,9 +154,10 @@ func (a *call) acquireArgs(now, waitUntil time.Time) []any {
 		memberArg = sarg(&a.member)
 	}
 	x.ttl.n = ms(a.spec.TTL)
+	x.seq.n = a.seq
 	k := &a.k
 	x.argv = [...]any{nil, nil, "4", sarg(&k.lock), sarg(&k.fence), sarg(&k.queue), sarg(&k.qexp),
-		sarg(&a.id), &x.ttl, fence, a.c.counterTTLArg, life, memberArg, sarg(&k.channel)}
+		sarg(&a.id), &x.ttl, fence, a.c.counterTTLArg, life, memberArg, sarg(&k.channel), &x.seq}
 	return x.argv[:]
 }
 
@@ -158,7 +172,7 @@ func (a *call) setNX(ctx context.Context) (granted bool, pttl time.Duration, err
 	own := a.idValue // identity + ":0"
 	x := a.newAcqArgs()
 	x.ttl.n = ms(a.spec.TTL)
-	x.argv = [...]any{"set", sarg(&a.k.lock), sarg(&a.idValue), "px", &x.ttl, "nx", nil, nil, nil, nil, nil, nil, nil, nil}
+	x.argv = [...]any{"set", sarg(&a.k.lock), sarg(&a.idValue), "px", &x.ttl, "nx", nil, nil, nil, nil, nil, nil, nil, nil, nil}
 	switch err := a.c.rdb.Do(ctx, x.argv[:6]...).Err(); err {
 	case nil:
 		return true, 0, nil

@@ -7,7 +7,10 @@
 -- ARGV[4] counter ttl ms, ARGV[5] queue entry lifetime ms (0: not
 -- waiting), ARGV[6] queue member (identity|ttl|fence|claim ms), ARGV[7]
 -- the key's release channel: a new waiter publishes "w" on it, so that a
--- Client keeping the lease between calls (Spec.Keep) releases it
+-- Client keeping the lease between calls (Spec.Keep) releases it,
+-- ARGV[8] this attempt's sequence number in its call: stored with the
+-- entry, so that the release's message tells the waiter which of its
+-- busy answers the handover came after (see release.lua)
 -- Returns {1, token, ttl} on a grant, {0, "0", pttl} when busy.
 -- Replaying the same call (a client retry after a lost reply) answers the
 -- same grant again: the identity is compared, not just the key's existence.
@@ -28,7 +31,7 @@ if v then
     if redis.call('ZADD', KEYS[3], 'NX', tonumber(t[1]) * 1000000 + tonumber(t[2]), ARGV[6]) == 1 then
       redis.pcall('PUBLISH', ARGV[7], 'w') -- best effort (an ACL may refuse it)
     end
-    redis.call('HSET', KEYS[4], ARGV[6], now + life)
+    redis.call('HSET', KEYS[4], ARGV[6], (now + life) .. ':' .. ARGV[8])
     for i = 3, 4 do
       if redis.call('PTTL', KEYS[i]) < life then redis.call('PEXPIRE', KEYS[i], life) end
     end

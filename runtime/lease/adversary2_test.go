@@ -347,8 +347,20 @@ func TestAdversary2_UnsuitableKeptLeaseReleaseIgnoresDeadline(t *testing.T) {
 // never lost, and the key is not deleted: W's identity keeps it for the
 // rest of its TTL, so every other process is refused (and its queue is not
 // handed on) for that long.
+//
+// Since waiters enter on the release's message (no confirming acquire when
+// their Client's subscription is connected), W now usually enters on the
+// notice of the handover that was then force-released: its Do must report
+// ErrLost then (the lease was released from outside while W held it). Only
+// a W that sent an acquire after the release (a fresh grant) must not.
 func TestAdversary2_ForceReleasedClaimThenRegrantIsFalseLossAndStuckKey(t *testing.T) {
-	c, _, p, _, srv := advProxied(t, nil)
+	c, _, p, wrdb, srv := advProxied(t, nil)
+	var acquires atomic.Int64 // W's acquires (the acquire script has 4 keys)
+	wrdb.AddHook(argsHook(func(args []any) {
+		if len(args) > 2 && (args[0] == "evalsha" || args[0] == "eval") && fmt.Sprint(args[2]) == "4" {
+			acquires.Add(1)
+		}
+	}))
 	holder, _ := newClient(t, srv.Client(t))
 	op, _ := newClient(t, srv.Client(t))
 	key := uniqueKey(t)
@@ -391,6 +403,7 @@ func TestAdversary2_ForceReleasedClaimThenRegrantIsFalseLossAndStuckKey(t *testi
 	// W's replies (its notification and its confirming acquire) now arrive
 	// late, as from a loaded or distant process.
 	p.SetDelay(300 * time.Millisecond)
+	before := acquires.Load()
 	close(release)
 	if err := <-held; err != nil {
 		t.Fatal(err)
@@ -404,10 +417,14 @@ func TestAdversary2_ForceReleasedClaimThenRegrantIsFalseLossAndStuckKey(t *testi
 	}
 	werr := <-wdone
 	p.Set(leasetest.Pass)
-	t.Logf("waiter: entered %v, Do = %v", entered.Load(), werr)
+	confirmed := acquires.Load() - before
+	t.Logf("waiter: entered %v, acquires after the release %d, Do = %v", entered.Load(), confirmed, werr)
 	info, _ := op.Inspect(context.Background(), key)
 	var problems []string
-	if entered.Load() && errors.Is(werr, lease.ErrLost) {
+	if entered.Load() && confirmed == 0 && !errors.Is(werr, lease.ErrLost) {
+		problems = append(problems, fmt.Sprintf("W entered on the notice of a handover that was force-released before it entered, and Do did not report ErrLost: %v", werr))
+	}
+	if entered.Load() && confirmed > 0 && errors.Is(werr, lease.ErrLost) {
 		problems = append(problems, fmt.Sprintf("W entered fn under a fresh grant (key free, its own identity) and Do reported ErrLost: %v", werr))
 	}
 	if info.Holder == w {
@@ -697,6 +714,12 @@ func TestAdversary2_CancelledWaiterPassesClaimOn(t *testing.T) {
 // the key by the next release. Its claim must not block the key for longer
 // than the claim's TTL: the next waiter gets the key within the claim
 // (recheck+100ms) plus one re-check. The dead waiter never enters fn.
+//
+// The release sees that the waiter's process is gone by its closed
+// subscription (a live one gets its full TTL and enters on the release's
+// message), so the release here comes once the server has closed the dead
+// process's connections: a waiter that dies in the same moment as the
+// release can hold the key for its TTL, as a holder that dies does.
 func TestAdversary2_DeadWaiterClaimExpires(t *testing.T) {
 	hc, _, p, _, srv := advProxied(t, nil)
 	holderC, _ := newClient(t, srv.Client(t))
@@ -727,6 +750,7 @@ func TestAdversary2_DeadWaiterClaimExpires(t *testing.T) {
 	}()
 	adv2WaitQueued(t, holderC, key, 2)
 	p.Close() // the first waiter's process is gone
+	adv2WaitSubscribers(t, srv.Client(t), 1)
 	released := time.Now()
 	close(release)
 	<-held
@@ -2146,7 +2170,8 @@ func TestAdversary2_DeadWaiterWithLongRecheckDelaysRelease(t *testing.T) {
 		})
 	}()
 	adv2WaitQueued(t, holderC, key, 2)
-	p.Close() // the first waiter's process dies
+	p.Close()                                // the first waiter's process dies
+	adv2WaitSubscribers(t, srv.Client(t), 1) // and the server has seen it
 	released := time.Now()
 	close(release)
 	<-held
@@ -2208,4 +2233,34 @@ func (st *stalls) during(from, to time.Time) bool {
 		}
 	}
 	return false
+}
+
+// argsHook calls f with the arguments of every command a go-redis client
+// sends (pipelined ones included).
+type argsHook func(args []any)
+
+func (argsHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (f argsHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error { f(cmd.Args()); return next(ctx, cmd) }
+}
+func (f argsHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		for _, c := range cmds {
+			f(c.Args())
+		}
+		return next(ctx, cmds)
+	}
+}
+
+// adv2WaitSubscribers waits until n Clients are subscribed (each Client's
+// subscription has its own probe channel, see hub.go): the server has
+// closed the connections of a process that died.
+func adv2WaitSubscribers(t *testing.T, admin *redis.Client, n int) {
+	t.Helper()
+	if !waitFor(2*time.Second, func() bool {
+		chs, err := admin.PubSubChannels(context.Background(), "*{%probe-*").Result()
+		return err == nil && len(chs) == n
+	}) {
+		t.Fatalf("never %d subscribed Clients", n)
+	}
 }

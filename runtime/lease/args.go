@@ -64,8 +64,8 @@ func (c *Client) evalArgs(ctx context.Context, s *script, argv []any) *redis.Cmd
 // acqArgs are one acquire's arguments: its command line (SET or the
 // acquire script), its TTL and queue lifetime.
 type acqArgs struct {
-	argv      [3 + 4 + 7]any
-	ttl, life intArg
+	argv           [3 + 4 + 8]any
+	ttl, life, seq intArg
 }
 
 // newAcqArgs gives an acquire its arguments: the call's own the first

@@ -132,7 +132,10 @@ type call struct {
 	fctx           refCtx
 	acq            limitCtx
 	det            detachedCtx
-	waiting        bool // EventWaiting was reported
+	waiting        bool      // EventWaiting was reported
+	seq            int64     // acquires sent by the call (each one's number in acquire.lua)
+	busySeq        int64     // the number of the last acquire answered busy
+	busySent       time.Time // when that acquire was sent
 	token          Token
 
 	// Command arguments (see args.go), allocated with the call for its
@@ -179,6 +182,7 @@ func newID() string {
 // so that the owner is stored with the grant (see redisKeys) and no script
 // needs to know about it.
 func (a *call) newAttempt() {
+	a.busySeq = 0 // no busy answer for the new identity yet (see enterOnNotice)
 	var raw [16]byte
 	_, _ = rand.Read(raw[:]) // never fails (crypto/rand)
 	n := 32

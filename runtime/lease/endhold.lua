@@ -5,7 +5,8 @@
 -- them all; a hold that runs out wakes them the same way, by its PTTL).
 -- A tombstone ("e") makes a replay of this call (go-redis re-sends after a
 -- lost reply) answer as the first run did.
--- KEYS[1] lock, KEYS[2] channel, KEYS[3] ARGV[1]'s tombstone (same hash tag)
+-- KEYS[1] lock, KEYS[2] channel, KEYS[3] ARGV[1]'s tombstone, KEYS[4] the
+-- key's queue (same hash tag)
 -- ARGV[1] identity, ARGV[2] publish command, ARGV[3] tombstone ttl ms
 -- Returns 1 ended (or a replay), 0 not held, -1 held by another (or by
 -- ARGV[1] without a hold: the caller uses the release script then).
@@ -17,4 +18,13 @@ if string.sub(v, 1, #want) ~= want then return -1 end
 redis.call('DEL', KEYS[1])
 redis.call('SET', KEYS[3], 'e', 'PX', ARGV[3])
 redis.call(ARGV[2], KEYS[2], 'x')
+-- Waiters listen on their Clients' own channels (see release.lua).
+local told = {}
+for _, m in ipairs(redis.call('ZRANGE', KEYS[4], 0, 31)) do
+  local inbox = string.match(m, '^[^|]+|%d+|%d|%d+|(.+)$')
+  if inbox and not told[inbox] then
+    told[inbox] = true
+    redis.pcall(ARGV[2], inbox, KEYS[2] .. ' x')
+  end
+end
 return 1

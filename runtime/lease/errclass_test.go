@@ -38,7 +38,7 @@ func aclClient(t *testing.T, srv *leasetest.Server, user string, rules ...string
 var leastPrivilege = []string{"~lease:*", "&lease:*", "-@all",
 	"+evalsha", "+eval", "+get", "+set", "+pttl", "+pexpire", "+del", "+exists", "+time", "+publish",
 	"+zadd", "+zrem", "+zrange", "+hset", "+hget", "+hdel",
-	"+subscribe", "+unsubscribe"}
+	"+subscribe", "+unsubscribe", "+pubsub|numsub"}
 
 // permissionError reports whether err names an ACL refusal (NOPERM, or the
 // message of a command refused inside a script).

@@ -16,9 +16,10 @@ import (
 // waitHub lets waiters sleep until a lease is released to them. One
 // subscription connection serves every waiter of a Client. A release hands
 // the lease to the first waiter in the key's queue (across processes) and
-// publishes that waiter's identity, so a notification wakes exactly the
-// waiter it names; "h" (a hold-min release: the lease ends sooner) wakes
-// every waiter of the key to look at the new expiry.
+// tells that waiter's Client on its inbox, naming the waiter, so a
+// notification wakes exactly the waiter it names (and no other process);
+// "h" (a hold-min release: the lease ends sooner) wakes every waiter of
+// the key to look at the new expiry.
 //
 // No lock is held across a network call, and no caller of Do ever waits for
 // one here: a manager goroutine (re)subscribes, a reader goroutine receives.
@@ -36,6 +37,16 @@ type waitHub struct {
 	closed  bool
 	running bool // the manager goroutine runs
 	down    bool // the subscription is failing (one event per episode)
+
+	// Waiters hear releases on the Client's inbox, its probe channel: a
+	// release that hands a waiter the key, or ends a hold, tells each
+	// waiting Client on its inbox (see release.lua), so that a release
+	// wakes the Clients it concerns, not every Client subscribed to the
+	// key. The key's own channel is subscribed only for kept leases and
+	// listeners, or for waiters when an ACL refuses the inbox.
+	inboxAsked bool      // a subscription connection with the inbox was asked for
+	inboxLive  time.Time // when the inbox's subscription was confirmed (zero: not live)
+	inboxOff   bool      // an ACL refused the inbox: waiters listen on key channels
 }
 
 // chanState is one release channel: its subscription and its waiters.
@@ -45,17 +56,51 @@ type chanState struct {
 	checked   time.Time // when the last question that found a kept lease's key still its own was sent
 	suspect   time.Time // when a notice last said the key may have changed hands (checks sent before it do not count)
 	waiters   []*waiter
-	keepers   int         // kept leases of this Client on the channel's key (they hear "w")
-	idleSince time.Time   // when the last waiter left (zero: has waiters)
-	recent    []recentMsg // messages naming a waiter not registered (yet)
+	keepers   int              // kept leases of this Client on the channel's key (they hear "w")
+	idleSince time.Time        // when the last waiter left (zero: has waiters)
+	recent    []recentMsg      // messages naming a waiter not registered (yet)
+	departed  []departedWaiter // waiters that left without the lease (see leave)
+}
+
+// departedWaiter is a waiter that stopped waiting without the lease. A
+// release may still hand it the key (its giving up, a release of its
+// place, did not reach Redis): the handover's message then has nobody to
+// enter, and the key is released on its behalf.
+type departedWaiter struct {
+	id string
+	k  *keys
+	at time.Time
+}
+
+// needsKey reports whether cs's key channel must be subscribed (h.mu held).
+func (h *waitHub) needsKey(cs *chanState) bool {
+	if cs.keepers > 0 || h.inboxOff && len(cs.waiters) > 0 {
+		return true
+	}
+	for _, w := range cs.waiters {
+		if w.all {
+			return true
+		}
+	}
+	return false
+}
+
+// liveSince is when the waiters of cs could start hearing releases (h.mu
+// held): the inbox's confirmation, or the key channel's for listeners and
+// when the inbox is refused.
+func (h *waitHub) liveSince(cs *chanState, w *waiter) time.Time {
+	if w.all || h.inboxOff {
+		return cs.live
+	}
+	return h.inboxLive
 }
 
 // recentMsg is a notification that named a waiter before it registered: a
 // release can hand the lease over between a waiter's busy reply and its
 // join.
 type recentMsg struct {
-	id string
-	at time.Time
+	payload string
+	at      time.Time
 }
 
 // recentKeep bounds how long (and how many) unclaimed notifications are
@@ -70,6 +115,15 @@ type waiter struct {
 	id      string
 	wake    chan struct{} // buffered(1): a pending notification
 	all     bool          // a listener (WatchLeader): woken by every message on the channel
+	note    string        // the last message naming it (h.mu; see notice)
+	k       *keys         // its call's keys, to release a grant it left behind (see leave)
+}
+
+// noteID is the identity a handover message names: the message is the
+// identity, or "identity|seq|token|px" (see release.lua).
+func noteID(payload string) string {
+	id, _, _ := strings.Cut(payload, "|")
+	return id
 }
 
 // probeEvery is how often the reader checks the subscription end to end:
@@ -99,8 +153,8 @@ func newWaitHub(c *Client) *waitHub {
 // missed since (the subscription was not live then, or a message named
 // this waiter before it registered), the waiter is woken at once to look
 // again, or when the subscription is confirmed.
-func (h *waitHub) join(channel, id string, sent time.Time) *waiter {
-	return h.add(&waiter{channel: channel, id: id, wake: make(chan struct{}, 1)}, sent)
+func (h *waitHub) join(k *keys, id string, sent time.Time) *waiter {
+	return h.add(&waiter{channel: k.channel, id: id, k: k, wake: make(chan struct{}, 1)}, sent)
 }
 
 // listen registers a listener on channel: a waiter woken by every release
@@ -124,17 +178,18 @@ func (h *waitHub) add(w *waiter, sent time.Time) *waiter {
 	}
 	cs.waiters = append(cs.waiters, w)
 	cs.idleSince = time.Time{}
-	if !cs.asked {
+	if !cs.asked && h.needsKey(cs) || !h.inboxAsked {
 		h.poke()
 	}
-	switch {
-	case cs.live.IsZero() || h.down:
+	switch live := h.liveSince(cs, w); {
+	case live.IsZero() || h.down:
 		// Not live: the confirmation wakes this waiter to look again.
-	case !cs.live.Before(sent):
+	case !live.Before(sent):
 		signal(w) // live only since the attempt: a release may have been missed
 	default:
 		for _, m := range cs.recent {
-			if m.id == id {
+			if noteID(m.payload) == id {
+				w.note = m.payload
 				signal(w)
 			}
 		}
@@ -223,9 +278,12 @@ func (h *waitHub) poke() {
 	}
 }
 
-// leave removes w. The channel is unsubscribed after it has been idle a
-// while.
-func (h *waitHub) leave(w *waiter) {
+// leave removes w; granted tells whether its call got the lease. The
+// channel is unsubscribed after it has been idle a while. A waiter that
+// leaves without the lease is remembered a moment: a handover to it that
+// comes later (its giving up did not reach Redis) is released on its
+// behalf, as is one that came and was not used.
+func (h *waitHub) leave(w *waiter, granted bool) {
 	if w == nil {
 		return
 	}
@@ -238,10 +296,35 @@ func (h *waitHub) leave(w *waiter) {
 	if i := slices.Index(cs.waiters, w); i >= 0 {
 		cs.waiters = slices.Delete(cs.waiters, i, i+1)
 	}
+	if !granted && w.k != nil && !h.closed {
+		if w.note != "" {
+			go h.c.releaseOrphan(w.k, w.id)
+		} else {
+			now := time.Now()
+			cs.departed = slices.DeleteFunc(cs.departed, func(d departedWaiter) bool { return now.Sub(d.at) > recentKeep })
+			if len(cs.departed) >= recentMax {
+				cs.departed = cs.departed[1:]
+			}
+			cs.departed = append(cs.departed, departedWaiter{w.id, w.k, now})
+		}
+	}
 	if len(cs.waiters) == 0 && cs.keepers == 0 {
+		if !cs.asked && len(cs.recent) == 0 && len(cs.departed) == 0 {
+			delete(h.chans, w.channel) // nothing to unsubscribe or remember
+			return
+		}
 		cs.idleSince = time.Now()
 		h.poke()
 	}
+}
+
+// notice returns (and forgets) the last message that named w.
+func (h *waitHub) notice(w *waiter) string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	n := w.note
+	w.note = ""
+	return n
 }
 
 func signal(w *waiter) {
@@ -268,11 +351,13 @@ func (h *waitHub) notify(channel, payload string) {
 		return
 	}
 	named := false
+	id := noteID(payload)
 	for _, w := range cs.waiters {
 		switch {
 		case w.all:
 			signal(w) // a listener hears every handover
-		case !named && w.id == payload:
+		case !named && w.id == id:
+			w.note = payload
 			signal(w)
 			named = true
 		}
@@ -280,12 +365,47 @@ func (h *waitHub) notify(channel, payload string) {
 	if named {
 		return
 	}
+	for i, d := range cs.departed {
+		if d.id == id {
+			cs.departed = slices.Delete(cs.departed, i, i+1)
+			if !h.closed {
+				go h.c.releaseOrphan(d.k, d.id)
+			}
+			return
+		}
+	}
 	now := time.Now()
 	cs.recent = slices.DeleteFunc(cs.recent, func(m recentMsg) bool { return now.Sub(m.at) > recentKeep })
 	if len(cs.recent) >= recentMax {
 		cs.recent = cs.recent[1:]
 	}
 	cs.recent = append(cs.recent, recentMsg{payload, now})
+}
+
+// inboxConfirmed marks the inbox live and wakes every waiter that listens
+// on it to look again: a release may have been published before.
+func (h *waitHub) inboxConfirmed() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.inboxLive = time.Now()
+	for _, cs := range h.chans {
+		for _, w := range cs.waiters {
+			if !w.all {
+				signal(w)
+			}
+		}
+	}
+}
+
+// inboxRefused switches waiters to the key channels: an ACL refuses the
+// inbox. Their confirmations wake the waiters to look again.
+func (h *waitHub) inboxRefused() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if !h.inboxOff {
+		h.inboxOff = true
+		h.poke()
+	}
 }
 
 // confirmed marks channel's subscription live and wakes all its waiters to
@@ -316,6 +436,7 @@ func (h *waitHub) failed(err error) {
 	for _, cs := range h.chans {
 		cs.live = time.Time{}
 	}
+	h.inboxLive = time.Time{}
 	first := !h.down && !h.closed
 	h.down = true
 	h.mu.Unlock()
@@ -364,6 +485,9 @@ func (h *waitHub) manage() {
 			_ = ps.Close() // the reader sees the error and exits
 			ps, dead = nil, nil
 		}
+		h.mu.Lock()
+		h.inboxAsked, h.inboxLive = false, time.Time{}
+		h.mu.Unlock()
 	}
 	for {
 		select {
@@ -381,19 +505,24 @@ func (h *waitHub) manage() {
 		var sub, unsub []string
 		next := time.Hour
 		now := time.Now()
+		want := false // a connection is needed (the inbox, for waiters)
 		for ch, cs := range h.chans {
 			switch {
 			case ps == nil:
-				// A new connection subscribes every channel with waiters;
-				// idle ones are forgotten.
+				// A new connection subscribes every key channel that
+				// needs it (see needsKey); idle ones are forgotten.
 				if len(cs.waiters) == 0 && cs.keepers == 0 {
 					delete(h.chans, ch)
 					continue
 				}
-				cs.asked, cs.live = true, time.Time{}
-				sub = append(sub, ch)
+				want = true
+				cs.asked, cs.live = false, time.Time{}
+				if h.needsKey(cs) {
+					cs.asked = true
+					sub = append(sub, ch)
+				}
 			case len(cs.waiters) > 0 || cs.keepers > 0:
-				if !cs.asked {
+				if !cs.asked && h.needsKey(cs) {
 					cs.asked = true
 					sub = append(sub, ch)
 				}
@@ -403,15 +532,20 @@ func (h *waitHub) manage() {
 					continue
 				}
 				delete(h.chans, ch)
-				unsub = append(unsub, ch)
+				if cs.asked {
+					unsub = append(unsub, ch)
+				}
 			}
+		}
+		fresh := ps == nil && (want || len(sub) > 0)
+		if fresh {
+			h.inboxAsked = true
 		}
 		h.mu.Unlock()
 
 		var err error
-		if len(sub) > 0 || len(unsub) > 0 {
+		if fresh || len(sub) > 0 || len(unsub) > 0 {
 			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-			fresh := ps == nil
 			if fresh {
 				ps = h.c.rdb.Subscribe(ctx)
 				dead = make(chan struct{})
@@ -503,6 +637,7 @@ func (h *waitHub) read(ps *redis.PubSub, dead chan struct{}) {
 					// it from the set go-redis re-subscribes after a
 					// reconnect, so that it cannot refuse the others then.
 					probeRefused = true
+					h.inboxRefused()
 					uctx, ucancel := context.WithTimeout(closing, readSlice)
 					_ = ps.Unsubscribe(uctx, h.probe)
 					ucancel()
@@ -527,6 +662,7 @@ func (h *waitHub) read(ps *redis.PubSub, dead chan struct{}) {
 				case m.Kind != "subscribe":
 				case m.Channel == h.probe:
 					probeLive = true
+					h.inboxConfirmed()
 				default:
 					h.healthy()
 					h.confirmed(m.Channel)
@@ -539,6 +675,11 @@ func (h *waitHub) read(ps *redis.PubSub, dead chan struct{}) {
 				case m.Channel == h.probe:
 					probed = time.Time{}
 					h.healthy()
+					// Besides the probe ("p"), what a release tells this
+					// Client's waiters: "channel message" (see release.lua).
+					if ch, note, ok := strings.Cut(m.Payload, " "); ok {
+						h.notify(ch, note)
+					}
 				case m.Payload == "w":
 					h.c.wanted(m.Channel) // a waiter elsewhere: a kept lease is released
 				default:

@@ -138,7 +138,9 @@ func parseInfo(key string, reply []any) (Info, error) {
 	for i := 6; i < len(reply); i += 3 {
 		member := str(i)
 		arrival, err1 := strconv.ParseFloat(str(i+1), 64)
-		expiry := num(i + 2)
+		// entry: expiry ms ":" acquire number (see acquire.lua)
+		exp, _, _ := strings.Cut(str(i+2), ":")
+		expiry, _ := strconv.ParseInt(exp, 10, 64)
 		if err1 != nil {
 			return bad("queue score")
 		}
@@ -149,10 +151,10 @@ func parseInfo(key string, reply []any) (Info, error) {
 			Waited:  time.Duration(nowUS-int64(arrival)) * time.Microsecond,
 			Expires: time.Duration(expiry-nowMS) * time.Millisecond,
 		}
-		// member: identity|ttl ms|fence|claim ms (see acquire.lua)
+		// member: identity|ttl ms|fence|claim ms|inbox (see release.lua)
 		parts := strings.Split(member, "|")
 		w.Identity = parts[0]
-		if len(parts) == 4 {
+		if len(parts) >= 4 {
 			ttl, _ := strconv.ParseInt(parts[1], 10, 64)
 			w.TTL, w.Fence = time.Duration(ttl)*time.Millisecond, parts[2] == "1"
 		}
@@ -493,7 +495,7 @@ func (c *Client) ForceRelease(ctx context.Context, key, identity string) (ForceR
 
 // endHold ends identity's hold-min on key early (endhold.lua).
 func (c *Client) endHold(ctx context.Context, k keys, key, identity string, fail func(error) (ForceResult, error)) (ForceResult, error) {
-	res, err := endholdScript.Run(ctx, c.rdb, []string{k.lock, k.channel, k.tomb + identity}, identity, "PUBLISH", ms(c.tombTTL())).Int64()
+	res, err := endholdScript.Run(ctx, c.rdb, []string{k.lock, k.channel, k.tomb + identity, k.queue}, identity, "PUBLISH", ms(c.tombTTL())).Int64()
 	if err != nil {
 		return fail(err)
 	}

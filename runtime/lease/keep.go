@@ -211,7 +211,7 @@ func (c *Client) keptNotice(channel, payload string) {
 	c.keptMu.Lock()
 	e := c.kept[c.keptByChannel[channel]]
 	c.keptMu.Unlock()
-	if e == nil || payload == e.l.a.id {
+	if e == nil || noteID(payload) == e.l.a.id {
 		return
 	}
 	c.hub.suspect(channel)

@@ -331,7 +331,7 @@ func (c *Client) watchLeader(ctx context.Context, key string, ch chan Leader) {
 	defer close(ch)
 	k := redisKeys(c.prefix, key)
 	w := c.hub.listen(k.channel, time.Now())
-	defer c.hub.leave(w)
+	defer c.hub.leave(w, true)
 	emit := func(l Leader) {
 		select { // keep only the latest state for a slow reader
 		case ch <- l:

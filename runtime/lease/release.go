@@ -159,3 +159,13 @@ func (a *call) giveUp(ctx context.Context) {
 // replay of the release by go-redis, which happens within the release's
 // own deadline.
 func (c *Client) tombTTL() time.Duration { return max(time.Second, 4*c.releaseTimeout) }
+
+// releaseOrphan releases a grant handed to a waiter that had stopped
+// waiting (see waitHub.leave): if the key still holds identity id, it is
+// released, or handed on to the next waiter. Best effort, bounded by the
+// release timeout.
+func (c *Client) releaseOrphan(k *keys, id string) {
+	ctx, cancel := context.WithTimeout(context.Background(), c.releaseTimeout)
+	defer cancel()
+	_, _ = c.releaseAs(ctx, *k, id, "", 0, "1")
+}

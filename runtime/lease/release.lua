@@ -1,7 +1,6 @@
 -- release: end the lease if ARGV[1] holds it. The first live waiter in the
--- key's queue gets it at once (a short claim it confirms with its next
--- acquire) and is told by a message naming it; with no waiter the key is
--- deleted. With ARGV[2] > 0 (hold-min) the remaining hold becomes the TTL
+-- key's queue gets it at once (for its TTL, or a short claim, see below)
+-- and is told by a message naming it; with no waiter the key is deleted. With ARGV[2] > 0 (hold-min) the remaining hold becomes the TTL
 -- instead, the value is marked "~" (no renewal of this identity matches it
 -- any more, not even a late replay), and waiters are told the lease ends
 -- sooner. Either way a short-lived tombstone for this identity lets a
@@ -20,6 +19,19 @@
 -- Returns 1 released (or handed over, or a replay of either), 2 hold set,
 -- 0 not held (expired or deleted from outside), -1 held by another, -3
 -- released from outside (ForceRelease) before this call.
+-- Waiters listen on their Client's own channel (the inbox, last in their
+-- queue entry), not on the key's: what every waiter of the key must hear
+-- goes to each inbox in the queue, once per Client, as "channel message".
+local function tellWaiters(queue, channel, msg, cmd)
+  local told = {}
+  for _, m in ipairs(redis.call('ZRANGE', queue, 0, 31)) do
+    local inbox = string.match(m, '^[^|]+|%d+|%d|%d+|(.+)$')
+    if inbox and not told[inbox] then
+      told[inbox] = true
+      redis.pcall(cmd, inbox, channel .. ' ' .. msg)
+    end
+  end
+end
 if ARGV[6] ~= '' then
   redis.call('ZREM', KEYS[5], ARGV[6])
   redis.call('HDEL', KEYS[6], ARGV[6])
@@ -50,6 +62,7 @@ if hold > 0 then
   redis.call('SET', KEYS[1], '~' .. v, 'PX', hold)
   redis.call('SET', KEYS[3], 'h', 'PX', ARGV[4])
   redis.call(ARGV[3], KEYS[2], 'h')
+  tellWaiters(KEYS[5], KEYS[2], 'h', ARGV[3])
   return 2
 end
 redis.call('SET', KEYS[3], ARGV[7], 'PX', ARGV[4])
@@ -60,12 +73,17 @@ if redis.call('EXISTS', KEYS[5]) == 1 then
     local head = redis.call('ZRANGE', KEYS[5], 0, 0)
     if #head == 0 then break end
     local m = head[1]
-    local exp = tonumber(redis.call('HGET', KEYS[6], m) or '0') or 0
+    -- entry: expiry ms ":" sequence number of the acquire that last
+    -- refreshed it
+    local e = redis.call('HGET', KEYS[6], m) or ''
+    local exp, seq = string.match(e, '^(%d+):?(%d*)$')
+    exp = tonumber(exp) or 0
     redis.call('ZREM', KEYS[5], m)
     redis.call('HDEL', KEYS[6], m)
     if exp > now then
-      -- member: identity|ttl|fence|claim
-      local id, ttl, fence, claim = string.match(m, '^([^|]+)|(%d+)|(%d)|(%d+)$')
+      -- member: identity|ttl|fence|claim|inbox (the waiter's Client's
+      -- probe channel; absent in entries of older Clients)
+      local id, ttl, fence, claim, inbox = string.match(m, '^([^|]+)|(%d+)|(%d)|(%d+)|?(.*)$')
       if id then
         local tok = '0'
         if fence == '1' then
@@ -76,10 +94,28 @@ if redis.call('EXISTS', KEYS[5]) == 1 then
           tok = string.format('%d', n)
           redis.call('SET', KEYS[4], tok, 'PX', ARGV[5])
         end
+        -- The waiter gets its full TTL when its Client's subscription is
+        -- connected to this server (its own channel, the probe, has a
+        -- subscriber here): it enters on this message, without another
+        -- round trip. Otherwise (its process is gone, its subscription is
+        -- down or on another node) only the claim: a dead waiter holds the
+        -- key up for no longer than that, and a live one confirms the
+        -- grant by its next acquire, which makes it a full TTL.
         local px = tonumber(claim)
+        if inbox ~= '' and seq ~= '' then
+          local n = redis.pcall('PUBSUB', 'NUMSUB', inbox)
+          if type(n) == 'table' and (tonumber(n[2]) or 0) > 0 then px = tonumber(ttl) end
+        end
         if tonumber(ttl) < px then px = tonumber(ttl) end
         redis.call('SET', KEYS[1], id .. ':' .. tok, 'PX', px)
-        redis.call(ARGV[3], KEYS[2], id)
+        -- "identity|seq|token|px": the waiter may enter on this message
+        -- when it has sent no acquire since the one numbered seq: the
+        -- grant came after that acquire found the key busy, so after it
+        -- was sent, and lasts px from then at least.
+        local note = id
+        if seq ~= '' then note = id .. '|' .. seq .. '|' .. tok .. '|' .. px end
+        redis.call(ARGV[3], KEYS[2], note)
+        if inbox ~= '' then redis.pcall(ARGV[3], inbox, KEYS[2] .. ' ' .. note) end
         return 1
       end
     end

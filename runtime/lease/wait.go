@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
+	"strings"
 	"time"
 )
 
@@ -25,8 +27,11 @@ func (a *call) obtain(ctx context.Context) (*Lease, error) {
 		}
 	}
 	hub := a.c.hub
-	var w *waiter
-	defer func() { hub.leave(w) }()
+	var (
+		w   *waiter
+		got bool
+	)
+	defer func() { hub.leave(w, got) }()
 	for {
 		sent := time.Now()
 		l, pttl, err := a.acquireOnce(ctx, waitUntil)
@@ -36,6 +41,7 @@ func (a *call) obtain(ctx context.Context) (*Lease, error) {
 			a.giveUp(ctx)
 		}
 		if err != nil || l != nil {
+			got = l != nil
 			return l, err
 		}
 		now := time.Now()
@@ -48,17 +54,58 @@ func (a *call) obtain(ctx context.Context) (*Lease, error) {
 			a.observe(Event{Kind: EventWaiting})
 		}
 		if w == nil {
-			w = hub.join(a.k.channel, a.id, sent)
+			w = hub.join(&a.k, a.id, sent)
 		}
 		busyUntil := time.Time{}
 		if pttl >= 0 {
 			busyUntil = now.Add(pttl)
 		}
-		if r := a.sleep(ctx, w, busyUntil, waitUntil); r == ctxDone || r == closed {
+		switch r := a.sleep(ctx, w, busyUntil, waitUntil); r {
+		case ctxDone, closed:
 			a.giveUp(ctx)
 			return nil, a.waitErr(ctx, r)
+		case wokeUp:
+			if l := a.enterOnNotice(hub.notice(w)); l != nil {
+				got = true
+				return l, nil
+			}
 		}
 	}
+}
+
+// enterOnNotice enters a lease that a release handed to this call, on the
+// release's message alone: no round trip. The message ("id|seq|token|px",
+// see release.lua) names the acquire whose busy answer the call's queue
+// entry last came from, and how long the key was set for. When that is the
+// call's last acquire and px is the call's TTL, the release ran after that
+// acquire found the key busy, so after it was sent: the lease is valid
+// until that send + TTL − drift, as if that acquire had granted it. Anything else leads to another
+// acquire, which finds a grant and confirms it (extending it to a full
+// TTL): an older message, a short claim (see release.lua), a grant with less than MinValidity left or past
+// the acquire's share of the budget, and any grant on a Client that waits
+// for replicas (only an acquire followed by WAIT confirms it).
+func (a *call) enterOnNotice(note string) *Lease {
+	if note == "" || a.c.replicas > 0 || a.busySeq == 0 {
+		return nil
+	}
+	f := strings.SplitN(note, "|", 5)
+	if len(f) != 4 || f[1] != strconv.FormatInt(a.busySeq, 10) {
+		return nil
+	}
+	tok, err1 := strconv.ParseUint(f[2], 10, 64)
+	px, err2 := strconv.ParseInt(f[3], 10, 64)
+	if err1 != nil || err2 != nil || a.spec.Fence != (tok != 0) || px != ms(a.spec.TTL) {
+		// Only a full TTL: renewals are due by TTL/3 from the grant.
+		return nil
+	}
+	ttl := a.spec.TTL
+	validUntil := a.busySent.Add(ttl - drift(ttl))
+	now := time.Now()
+	if validUntil.Sub(now) < a.spec.MinValidity || !now.Before(a.end.Add(-a.reserve)) {
+		return nil
+	}
+	a.sent, a.token = a.busySent, Token(tok)
+	return a.granted(Token(tok), validUntil)
 }
 
 type wakeReason uint8

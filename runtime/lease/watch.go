@@ -230,7 +230,7 @@ func (w *changeWatch) how(ctx context.Context, old seenLease, now Info, note str
 		return "force-released"
 	case tomb == "e" || note == "x" && old.info.Hold:
 		return "hold ended"
-	case note != "" && note == now.Holder:
+	case note != "" && noteID(note) == now.Holder:
 		return "handed over"
 	case tomb == "1":
 		return "released"
