@@ -24,7 +24,7 @@ for _, m in ipairs(redis.call('ZRANGE', KEYS[4], 0, 31)) do
   local inbox = string.match(m, '^[^|]+|%d+|%d|%d+|(.+)$')
   if inbox and not told[inbox] then
     told[inbox] = true
-    redis.pcall(ARGV[2], inbox, KEYS[2] .. ' x')
+    redis.pcall(ARGV[2], inbox, #KEYS[2] .. ':' .. KEYS[2] .. 'x')
   end
 end
 return 1

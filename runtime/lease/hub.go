@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -47,6 +48,11 @@ type waitHub struct {
 	inboxAsked bool      // a subscription connection with the inbox was asked for
 	inboxLive  time.Time // when the inbox's subscription was confirmed (zero: not live)
 	inboxOff   bool      // an ACL refused the inbox: waiters listen on key channels
+
+	// Identities are unique, so these are kept for the Client, not per
+	// key: a key's state comes and goes with its waiters.
+	recent   []recentMsg      // messages naming a waiter not registered (yet)
+	departed []departedWaiter // waiters that left without the lease (see leave)
 }
 
 // chanState is one release channel: its subscription and its waiters.
@@ -56,20 +62,18 @@ type chanState struct {
 	checked   time.Time // when the last question that found a kept lease's key still its own was sent
 	suspect   time.Time // when a notice last said the key may have changed hands (checks sent before it do not count)
 	waiters   []*waiter
-	keepers   int              // kept leases of this Client on the channel's key (they hear "w")
-	idleSince time.Time        // when the last waiter left (zero: has waiters)
-	recent    []recentMsg      // messages naming a waiter not registered (yet)
-	departed  []departedWaiter // waiters that left without the lease (see leave)
+	keepers   int       // kept leases of this Client on the channel's key (they hear "w")
+	idleSince time.Time // when the last waiter left (zero: has waiters)
 }
 
 // departedWaiter is a waiter that stopped waiting without the lease. A
-// release may still hand it the key (its giving up, a release of its
-// place, did not reach Redis): the handover's message then has nobody to
-// enter, and the key is released on its behalf.
+// release may still hand it the key while its queue entry lives (its
+// giving up, a release of its place, did not reach Redis): the handover's
+// message then has nobody to enter, and the key is released on its behalf.
 type departedWaiter struct {
-	id string
-	k  *keys
-	at time.Time
+	id    string
+	k     *keys
+	until time.Time // its queue entry has expired by then
 }
 
 // needsKey reports whether cs's key channel must be subscribed (h.mu held).
@@ -104,10 +108,11 @@ type recentMsg struct {
 }
 
 // recentKeep bounds how long (and how many) unclaimed notifications are
-// remembered per channel.
+// remembered; departedMax bounds the departed waiters remembered.
 const (
-	recentKeep = 2 * time.Second
-	recentMax  = 64
+	recentKeep  = 2 * time.Second
+	recentMax   = 64
+	departedMax = 1024
 )
 
 type waiter struct {
@@ -117,6 +122,21 @@ type waiter struct {
 	all     bool          // a listener (WatchLeader): woken by every message on the channel
 	note    string        // the last message naming it (h.mu; see notice)
 	k       *keys         // its call's keys, to release a grant it left behind (see leave)
+}
+
+// inboxMessage splits a message on a Client's inbox: the length of the
+// key's channel, ":", the channel, then the message about the key (see
+// release.lua); a channel may hold any byte.
+func inboxMessage(payload string) (channel, msg string, ok bool) {
+	n, rest, ok := strings.Cut(payload, ":")
+	if !ok {
+		return "", "", false
+	}
+	l, err := strconv.Atoi(n)
+	if err != nil || l < 0 || l > len(rest) {
+		return "", "", false
+	}
+	return rest[:l], rest[l:], true
 }
 
 // noteID is the identity a handover message names: the message is the
@@ -187,7 +207,7 @@ func (h *waitHub) add(w *waiter, sent time.Time) *waiter {
 	case !live.Before(sent):
 		signal(w) // live only since the attempt: a release may have been missed
 	default:
-		for _, m := range cs.recent {
+		for _, m := range h.recent {
 			if noteID(m.payload) == id {
 				w.note = m.payload
 				signal(w)
@@ -300,16 +320,18 @@ func (h *waitHub) leave(w *waiter, granted bool) {
 		if w.note != "" {
 			go h.c.releaseOrphan(w.k, w.id)
 		} else {
+			// Its entry lives up to 2 re-checks + 100ms after its last
+			// acquire (see acquireArgs).
 			now := time.Now()
-			cs.departed = slices.DeleteFunc(cs.departed, func(d departedWaiter) bool { return now.Sub(d.at) > recentKeep })
-			if len(cs.departed) >= recentMax {
-				cs.departed = cs.departed[1:]
+			h.departed = slices.DeleteFunc(h.departed, func(d departedWaiter) bool { return now.After(d.until) })
+			if len(h.departed) >= departedMax {
+				h.departed = h.departed[1:]
 			}
-			cs.departed = append(cs.departed, departedWaiter{w.id, w.k, now})
+			h.departed = append(h.departed, departedWaiter{w.id, w.k, now.Add(2*h.c.recheck + time.Second)})
 		}
 	}
 	if len(cs.waiters) == 0 && cs.keepers == 0 {
-		if !cs.asked && len(cs.recent) == 0 && len(cs.departed) == 0 {
+		if !cs.asked {
 			delete(h.chans, w.channel) // nothing to unsubscribe or remember
 			return
 		}
@@ -335,51 +357,58 @@ func signal(w *waiter) {
 }
 
 // notify handles a message on channel: a waiter's identity wakes that
-// waiter (remembered a moment if it has not registered yet); anything else
-// wakes every waiter of the channel.
-func (h *waitHub) notify(channel, payload string) {
+// waiter (remembered a moment if it has not registered yet, released on
+// its behalf if it has left); anything else wakes every waiter of the
+// channel. direct: the message came on this Client's inbox, so it is
+// about one of its waiters (a key channel also carries handovers to other
+// processes' waiters, remembered only when waiters listen there).
+func (h *waitHub) notify(channel, payload string, direct bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	cs := h.chans[channel]
-	if cs == nil {
-		return
-	}
 	if len(payload) <= 1 {
-		for _, w := range cs.waiters {
-			signal(w)
+		if cs != nil {
+			for _, w := range cs.waiters {
+				signal(w)
+			}
 		}
 		return
 	}
-	named := false
 	id := noteID(payload)
-	for _, w := range cs.waiters {
-		switch {
-		case w.all:
-			signal(w) // a listener hears every handover
-		case !named && w.id == id:
-			w.note = payload
-			signal(w)
-			named = true
+	if cs != nil {
+		named := false
+		for _, w := range cs.waiters {
+			switch {
+			case w.all:
+				signal(w) // a listener hears every handover
+			case !named && w.id == id:
+				w.note = payload
+				signal(w)
+				named = true
+			}
+		}
+		if named {
+			return
 		}
 	}
-	if named {
-		return
-	}
-	for i, d := range cs.departed {
+	now := time.Now()
+	for i, d := range h.departed {
 		if d.id == id {
-			cs.departed = slices.Delete(cs.departed, i, i+1)
-			if !h.closed {
+			h.departed = slices.Delete(h.departed, i, i+1)
+			if !h.closed && now.Before(d.until) {
 				go h.c.releaseOrphan(d.k, d.id)
 			}
 			return
 		}
 	}
-	now := time.Now()
-	cs.recent = slices.DeleteFunc(cs.recent, func(m recentMsg) bool { return now.Sub(m.at) > recentKeep })
-	if len(cs.recent) >= recentMax {
-		cs.recent = cs.recent[1:]
+	if !direct && !h.inboxOff {
+		return
 	}
-	cs.recent = append(cs.recent, recentMsg{payload, now})
+	h.recent = slices.DeleteFunc(h.recent, func(m recentMsg) bool { return now.Sub(m.at) > recentKeep })
+	if len(h.recent) >= recentMax {
+		h.recent = h.recent[1:]
+	}
+	h.recent = append(h.recent, recentMsg{payload, now})
 }
 
 // inboxConfirmed marks the inbox live and wakes every waiter that listens
@@ -676,9 +705,9 @@ func (h *waitHub) read(ps *redis.PubSub, dead chan struct{}) {
 					probed = time.Time{}
 					h.healthy()
 					// Besides the probe ("p"), what a release tells this
-					// Client's waiters: "channel message" (see release.lua).
-					if ch, note, ok := strings.Cut(m.Payload, " "); ok {
-						h.notify(ch, note)
+					// Client's waiters (see release.lua).
+					if ch, note, ok := inboxMessage(m.Payload); ok {
+						h.notify(ch, note, true)
 					}
 				case m.Payload == "w":
 					h.c.wanted(m.Channel) // a waiter elsewhere: a kept lease is released
@@ -686,7 +715,7 @@ func (h *waitHub) read(ps *redis.PubSub, dead chan struct{}) {
 					if len(m.Payload) > 1 || m.Payload == "x" {
 						h.c.keptNotice(m.Channel, m.Payload) // handed over or released from outside
 					}
-					h.notify(m.Channel, m.Payload)
+					h.notify(m.Channel, m.Payload, false)
 				}
 			}
 		}

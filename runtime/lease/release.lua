@@ -21,14 +21,15 @@
 -- released from outside (ForceRelease) before this call.
 -- Waiters listen on their Client's own channel (the inbox, last in their
 -- queue entry), not on the key's: what every waiter of the key must hear
--- goes to each inbox in the queue, once per Client, as "channel message".
+-- goes to each inbox in the queue, once per Client, as the channel's
+-- length, ":", the channel, and the message.
 local function tellWaiters(queue, channel, msg, cmd)
   local told = {}
   for _, m in ipairs(redis.call('ZRANGE', queue, 0, 31)) do
     local inbox = string.match(m, '^[^|]+|%d+|%d|%d+|(.+)$')
     if inbox and not told[inbox] then
       told[inbox] = true
-      redis.pcall(cmd, inbox, channel .. ' ' .. msg)
+      redis.pcall(cmd, inbox, #channel .. ':' .. channel .. msg)
     end
   end
 end
@@ -115,7 +116,7 @@ if redis.call('EXISTS', KEYS[5]) == 1 then
         local note = id
         if seq ~= '' then note = id .. '|' .. seq .. '|' .. tok .. '|' .. px end
         redis.call(ARGV[3], KEYS[2], note)
-        if inbox ~= '' then redis.pcall(ARGV[3], inbox, KEYS[2] .. ' ' .. note) end
+        if inbox ~= '' then redis.pcall(ARGV[3], inbox, #KEYS[2] .. ':' .. KEYS[2] .. note) end
         return 1
       end
     end
