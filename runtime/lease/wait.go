@@ -79,11 +79,13 @@ func (a *call) obtain(ctx context.Context) (*Lease, error) {
 // entry last came from, and how long the key was set for. When that is the
 // call's last acquire and px is the call's TTL, the release ran after that
 // acquire found the key busy, so after it was sent: the lease is valid
-// until that send + TTL − drift, as if that acquire had granted it. Anything else leads to another
-// acquire, which finds a grant and confirms it (extending it to a full
-// TTL): an older message, a short claim (see release.lua), a grant with less than MinValidity left or past
+// until that send + TTL − drift, as if that acquire had granted it.
+// Anything else leads to another acquire, which finds a grant and
+// confirms it (extending it to a full TTL): an older message, a short
+// claim (see release.lua), a grant with less than MinValidity left or past
 // the acquire's share of the budget, and any grant on a Client that waits
-// for replicas (only an acquire followed by WAIT confirms it).
+// for replicas (only an acquire followed by WAIT confirms it). An identity
+// holds no '|' (an owner in it is escaped with KeyPart).
 func (a *call) enterOnNotice(note string) *Lease {
 	if note == "" || a.c.replicas > 0 || a.busySeq == 0 {
 		return nil
