@@ -51,7 +51,8 @@ type waitHub struct {
 
 	// Identities are unique, so these are kept for the Client, not per
 	// key: a key's state comes and goes with its waiters.
-	recent   []recentMsg      // messages naming a waiter not registered (yet)
+	pending map[string]string // waiters about to join (see expect): the last message naming each, or ""
+
 	departed []departedWaiter // waiters that left without the lease (see leave)
 }
 
@@ -99,21 +100,58 @@ func (h *waitHub) liveSince(cs *chanState, w *waiter) time.Time {
 	return h.inboxLive
 }
 
-// recentMsg is a notification that named a waiter before it registered: a
-// release can hand the lease over between a waiter's busy reply and its
-// join.
-type recentMsg struct {
-	payload string
-	at      time.Time
+// departedMax bounds the departed waiters remembered.
+const departedMax = 1024
+
+// expect registers identity id as a waiter about to join: a call that may
+// wait registers before its acquire is sent, since a release can hand it
+// the lease between the acquire's busy answer and its join. A message
+// naming it meanwhile is kept for the join (add), however many others
+// come; see forget for a call that never joins.
+func (h *waitHub) expect(id string) {
+	h.mu.Lock()
+	if h.pending == nil {
+		h.pending = map[string]string{}
+	}
+	if _, ok := h.pending[id]; !ok {
+		h.pending[id] = ""
+	}
+	h.mu.Unlock()
 }
 
-// recentKeep bounds how long (and how many) unclaimed notifications are
-// remembered; departedMax bounds the departed waiters remembered.
-const (
-	recentKeep  = 2 * time.Second
-	recentMax   = 64
-	departedMax = 1024
-)
+// forget ends expect for a call that returns, joined or not. A call that
+// did not get the lease and was handed it meanwhile (a message came) has
+// the grant released on its behalf; one that may still be handed it is
+// remembered as departed (see leave).
+func (h *waitHub) forget(id string, k *keys, granted bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	note, ok := h.pending[id]
+	if !ok {
+		return // joined: add took it over
+	}
+	delete(h.pending, id)
+	if granted || h.closed {
+		return
+	}
+	if note != "" {
+		go h.c.releaseOrphan(k, id)
+		return
+	}
+	h.depart(id, k)
+}
+
+// depart remembers a waiter that left without the lease until its queue
+// entry has expired: up to 2 re-checks + 100ms after its last acquire
+// (see acquireArgs), h.mu held.
+func (h *waitHub) depart(id string, k *keys) {
+	now := time.Now()
+	h.departed = slices.DeleteFunc(h.departed, func(d departedWaiter) bool { return now.After(d.until) })
+	if len(h.departed) >= departedMax {
+		h.departed = h.departed[1:]
+	}
+	h.departed = append(h.departed, departedWaiter{id, k, now.Add(2*h.c.recheck + time.Second)})
+}
 
 type waiter struct {
 	channel string
@@ -198,6 +236,13 @@ func (h *waitHub) add(w *waiter, sent time.Time) *waiter {
 	}
 	cs.waiters = append(cs.waiters, w)
 	cs.idleSince = time.Time{}
+	if note, ok := h.pending[id]; ok {
+		delete(h.pending, id)
+		if note != "" {
+			w.note = note
+			signal(w) // handed over before the join
+		}
+	}
 	if !cs.asked && h.needsKey(cs) || !h.inboxAsked {
 		h.poke()
 	}
@@ -206,13 +251,6 @@ func (h *waitHub) add(w *waiter, sent time.Time) *waiter {
 		// Not live: the confirmation wakes this waiter to look again.
 	case !live.Before(sent):
 		signal(w) // live only since the attempt: a release may have been missed
-	default:
-		for _, m := range h.recent {
-			if noteID(m.payload) == id {
-				w.note = m.payload
-				signal(w)
-			}
-		}
 	}
 	return w
 }
@@ -320,14 +358,7 @@ func (h *waitHub) leave(w *waiter, granted bool) {
 		if w.note != "" {
 			go h.c.releaseOrphan(w.k, w.id)
 		} else {
-			// Its entry lives up to 2 re-checks + 100ms after its last
-			// acquire (see acquireArgs).
-			now := time.Now()
-			h.departed = slices.DeleteFunc(h.departed, func(d departedWaiter) bool { return now.After(d.until) })
-			if len(h.departed) >= departedMax {
-				h.departed = h.departed[1:]
-			}
-			h.departed = append(h.departed, departedWaiter{w.id, w.k, now.Add(2*h.c.recheck + time.Second)})
+			h.depart(w.id, w.k)
 		}
 	}
 	if len(cs.waiters) == 0 && cs.keepers == 0 {
@@ -357,12 +388,10 @@ func signal(w *waiter) {
 }
 
 // notify handles a message on channel: a waiter's identity wakes that
-// waiter (remembered a moment if it has not registered yet, released on
-// its behalf if it has left); anything else wakes every waiter of the
-// channel. direct: the message came on this Client's inbox, so it is
-// about one of its waiters (a key channel also carries handovers to other
-// processes' waiters, remembered only when waiters listen there).
-func (h *waitHub) notify(channel, payload string, direct bool) {
+// waiter (kept for its join if it has not registered yet, see expect;
+// released on its behalf if it has left); anything else wakes every waiter
+// of the channel.
+func (h *waitHub) notify(channel, payload string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	cs := h.chans[channel]
@@ -391,6 +420,10 @@ func (h *waitHub) notify(channel, payload string, direct bool) {
 			return
 		}
 	}
+	if _, ok := h.pending[id]; ok {
+		h.pending[id] = payload // for its join
+		return
+	}
 	now := time.Now()
 	for i, d := range h.departed {
 		if d.id == id {
@@ -401,14 +434,8 @@ func (h *waitHub) notify(channel, payload string, direct bool) {
 			return
 		}
 	}
-	if !direct && !h.inboxOff {
-		return
-	}
-	h.recent = slices.DeleteFunc(h.recent, func(m recentMsg) bool { return now.Sub(m.at) > recentKeep })
-	if len(h.recent) >= recentMax {
-		h.recent = h.recent[1:]
-	}
-	h.recent = append(h.recent, recentMsg{payload, now})
+	// Anything else names another process's waiter (a key channel carries
+	// every handover), or a call of this Client that got the lease.
 }
 
 // inboxConfirmed marks the inbox live and wakes every waiter that listens
@@ -707,7 +734,7 @@ func (h *waitHub) read(ps *redis.PubSub, dead chan struct{}) {
 					// Besides the probe ("p"), what a release tells this
 					// Client's waiters (see release.lua).
 					if ch, note, ok := inboxMessage(m.Payload); ok {
-						h.notify(ch, note, true)
+						h.notify(ch, note)
 					}
 				case m.Payload == "w":
 					h.c.wanted(m.Channel) // a waiter elsewhere: a kept lease is released
@@ -715,7 +742,7 @@ func (h *waitHub) read(ps *redis.PubSub, dead chan struct{}) {
 					if len(m.Payload) > 1 || m.Payload == "x" {
 						h.c.keptNotice(m.Channel, m.Payload) // handed over or released from outside
 					}
-					h.notify(m.Channel, m.Payload, false)
+					h.notify(m.Channel, m.Payload)
 				}
 			}
 		}

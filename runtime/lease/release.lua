@@ -102,21 +102,31 @@ if redis.call('EXISTS', KEYS[5]) == 1 then
         -- down or on another node) only the claim: a dead waiter holds the
         -- key up for no longer than that, and a live one confirms the
         -- grant by its next acquire, which makes it a full TTL.
-        local px = tonumber(claim)
+        local px = math.min(tonumber(claim), tonumber(ttl))
+        local full = false
         if inbox ~= '' and seq ~= '' then
           local n = redis.pcall('PUBSUB', 'NUMSUB', inbox)
-          if type(n) == 'table' and (tonumber(n[2]) or 0) > 0 then px = tonumber(ttl) end
+          full = type(n) == 'table' and (tonumber(n[2]) or 0) > 0
         end
-        if tonumber(ttl) < px then px = tonumber(ttl) end
-        redis.call('SET', KEYS[1], id .. ':' .. tok, 'PX', px)
         -- "identity|seq|token|px": the waiter may enter on this message
         -- when it has sent no acquire since the one numbered seq: the
         -- grant came after that acquire found the key busy, so after it
         -- was sent, and lasts px from then at least.
-        local note = id
-        if seq ~= '' then note = id .. '|' .. seq .. '|' .. tok .. '|' .. px end
-        redis.call(ARGV[3], KEYS[2], note)
-        if inbox ~= '' then redis.pcall(ARGV[3], inbox, #KEYS[2] .. ':' .. KEYS[2] .. note) end
+        local function note(p)
+          if seq == '' then return id end
+          return id .. '|' .. seq .. '|' .. tok .. '|' .. p
+        end
+        if full then
+          -- Only if the waiter is told: a publish this user may not make
+          -- (an ACL without the inbox's channel) leaves it the claim.
+          local r = redis.pcall(ARGV[3], inbox, #KEYS[2] .. ':' .. KEYS[2] .. note(ttl))
+          full = type(r) == 'number'
+        elseif inbox ~= '' then
+          redis.pcall(ARGV[3], inbox, #KEYS[2] .. ':' .. KEYS[2] .. note(px))
+        end
+        if full then px = tonumber(ttl) end
+        redis.call('SET', KEYS[1], id .. ':' .. tok, 'PX', px)
+        redis.call(ARGV[3], KEYS[2], note(px))
         return 1
       end
     end

@@ -28,11 +28,23 @@ func (a *call) obtain(ctx context.Context) (*Lease, error) {
 	}
 	hub := a.c.hub
 	var (
-		w   *waiter
-		got bool
+		w        *waiter
+		got      bool
+		expected bool
 	)
-	defer func() { hub.leave(w, got) }()
+	defer func() {
+		hub.leave(w, got)
+		if expected {
+			hub.forget(a.id, &a.k, got)
+		}
+	}()
 	for {
+		if !waitUntil.IsZero() && w == nil && !expected {
+			// A release may hand this call the lease between its busy
+			// answer and its join: the hub keeps a message for it.
+			hub.expect(a.id)
+			expected = true
+		}
 		sent := time.Now()
 		l, pttl, err := a.acquireOnce(ctx, waitUntil)
 		if err != nil && !errors.Is(err, ErrUnknown) && !errors.Is(err, ErrLowValidity) {
