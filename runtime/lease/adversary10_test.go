@@ -59,20 +59,27 @@ func adv10Script(args []any, n string) bool {
 	return len(args) > 2 && (args[0] == "evalsha" || args[0] == "eval") && fmt.Sprint(args[2]) == n
 }
 
+// adv10Enter starts a waiting call of c on key (TTL 5s, Wait 12s): the
+// time fn was entered, and Do's result.
+func adv10Enter(c *lease.Client, key string) (chan time.Time, chan error) {
+	entered := make(chan time.Time, 1)
+	done := make(chan error, 1)
+	go func() {
+		done <- c.Do(context.Background(), key, lease.Spec{TTL: 5 * time.Second, Deadline: 15 * time.Second, Wait: 12 * time.Second}, func(context.Context) error {
+			entered <- time.Now()
+			return nil
+		})
+	}()
+	return entered, done
+}
+
 // adv10Handover measures how long after its holder's release a waiter of
 // another Client enters fn, on key.
 func adv10Handover(t *testing.T, holder, waiter *lease.Client, op *lease.Client, key string) time.Duration {
 	t.Helper()
 	release := make(chan struct{})
 	held := hold(t, holder, key, spec(10*time.Second, 20*time.Second), release)
-	entered := make(chan time.Time, 1)
-	done := make(chan error, 1)
-	go func() {
-		done <- waiter.Do(context.Background(), key, lease.Spec{TTL: 5 * time.Second, Deadline: 15 * time.Second, Wait: 12 * time.Second}, func(context.Context) error {
-			entered <- time.Now()
-			return nil
-		})
-	}()
+	entered, done := adv10Enter(waiter, key)
 	adv2WaitQueued(t, op, key, 1)
 	time.Sleep(150 * time.Millisecond) // the waiter sleeps; its inbox is live
 	released := time.Now()
@@ -162,14 +169,7 @@ func TestAdversary10_HandoverBeforeFirstJoinIsDropped(t *testing.T) {
 	release := make(chan struct{})
 	held := hold(t, holder, key, spec(10*time.Second, 20*time.Second), release)
 	armed.Store(true)
-	entered := make(chan time.Time, 1)
-	done := make(chan error, 1)
-	go func() {
-		done <- waiter.Do(context.Background(), key, lease.Spec{TTL: 5 * time.Second, Deadline: 15 * time.Second, Wait: 12 * time.Second}, func(context.Context) error {
-			entered <- time.Now()
-			return nil
-		})
-	}()
+	entered, done := adv10Enter(waiter, key)
 	select {
 	case <-executed: // the busy acquire ran; its reply is held 300ms
 	case <-time.After(5 * time.Second):
@@ -235,14 +235,7 @@ func TestAdversary10_DepartedWaiterForgottenBeforeItsEntryExpires(t *testing.T) 
 			}()
 			adv2WaitQueued(t, op, key, 1)
 			gone := adv2Waiters(t, op, key)[0].Identity
-			nextIn := make(chan time.Time, 1)
-			nextDone := make(chan error, 1)
-			go func() {
-				nextDone <- next.Do(context.Background(), key, lease.Spec{TTL: 5 * time.Second, Deadline: 15 * time.Second, Wait: 12 * time.Second}, func(context.Context) error {
-					nextIn <- time.Now()
-					return nil
-				})
-			}()
+			nextIn, nextDone := adv10Enter(next, key)
 			adv2WaitQueued(t, op, key, 2)
 			time.Sleep(50 * time.Millisecond)
 
@@ -309,6 +302,16 @@ func TestAdversary10_FencedHandoverSoakNoOverlap(t *testing.T) {
 	warm(t, slow, key)
 	p.SetDelay(15 * time.Millisecond)
 
+	adv10FencedSoak(t, direct, key, []*lease.Client{slow, c1, c2}, nil)
+}
+
+// adv10FencedSoak runs 3 goroutines per Client calling Do, fenced, on key
+// for 8s (TTLs 300ms–1s; holdMin, if set, gives a call's HoldMin) and
+// fails the test on any overlap of fn, a token not above the previous
+// one, a token that is not the key's (read with direct), a loss, or any
+// error but ErrBusy. It returns the entries per Client.
+func adv10FencedSoak(t *testing.T, direct *redis.Client, key string, clients []*lease.Client, holdMin func(ci, n int) time.Duration) []int32 {
+	t.Helper()
 	var (
 		in                      atomic.Int32
 		mu                      sync.Mutex
@@ -316,9 +319,10 @@ func TestAdversary10_FencedHandoverSoakNoOverlap(t *testing.T) {
 		overlaps, disorder, bad int
 		entries, lost, other    atomic.Int32
 	)
+	per := make([]atomic.Int32, len(clients))
 	stop := time.Now().Add(8 * time.Second)
 	var wg sync.WaitGroup
-	for ci, c := range []*lease.Client{slow, c1, c2} {
+	for ci, c := range clients {
 		for g := range 3 {
 			wg.Add(1)
 			go func() {
@@ -326,8 +330,12 @@ func TestAdversary10_FencedHandoverSoakNoOverlap(t *testing.T) {
 				for n := 0; time.Now().Before(stop); n++ {
 					ttl := []time.Duration{300, 600, 1000}[(ci+g+n)%3] * time.Millisecond
 					s := lease.Spec{TTL: ttl, Deadline: 4 * time.Second, Wait: 3 * time.Second, MinValidity: ttl / 3, Fence: true}
+					if holdMin != nil {
+						s.HoldMin = holdMin(ci, n)
+					}
 					err := c.Do(context.Background(), key, s, func(ctx context.Context) error {
 						entries.Add(1)
+						per[ci].Add(1)
 						if in.Add(1) != 1 {
 							mu.Lock()
 							overlaps++
@@ -374,4 +382,9 @@ func TestAdversary10_FencedHandoverSoakNoOverlap(t *testing.T) {
 	if overlaps+disorder+bad > 0 || lost.Load() > 0 || other.Load() > 0 {
 		t.Error("fenced handovers broke mutual exclusion, token order or reported a loss without any fault")
 	}
+	counts := make([]int32, len(clients))
+	for i := range per {
+		counts[i] = per[i].Load()
+	}
+	return counts
 }

@@ -10,7 +10,6 @@ package lease_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sort"
 	"sync"
@@ -134,7 +133,7 @@ func adv11ManyWaiters(t *testing.T, n int) int {
 // probe "lease:{%probe-…}:c" does not match) listens on key channels, and
 // there every handover to any other process's waiter is unnamed and kept
 // in h.recent. A hot key the Client also watches (WatchLeader, or a waiter
-// of its own) fills the 64 places in well under recentKeep, so a handover
+// of its own) fills the 64 places in well under their 2s, so a handover
 // that reaches one of its waiters just before it joins is pushed out and
 // the waiter finds the key only at its re-check.
 func TestAdversary11_InboxOffHotKeyEvictsHandover(t *testing.T) {
@@ -206,14 +205,7 @@ func adv11InboxOff(t *testing.T, churners int) time.Duration {
 	release := make(chan struct{})
 	held := hold(t, holder, "ktarget", spec(20*time.Second, 30*time.Second), release)
 	armed.Store(true)
-	entered := make(chan time.Time, 1)
-	done := make(chan error, 1)
-	go func() {
-		done <- waiter.Do(context.Background(), "ktarget", lease.Spec{TTL: 5 * time.Second, Deadline: 15 * time.Second, Wait: 12 * time.Second}, func(context.Context) error {
-			entered <- time.Now()
-			return nil
-		})
-	}()
+	entered, done := adv10Enter(waiter, "ktarget")
 	select {
 	case <-executed:
 	case <-time.After(5 * time.Second):
@@ -264,77 +256,13 @@ func TestAdversary11_MixedInboxFencedSoakNoOverlap(t *testing.T) {
 		}
 	}()
 
-	var (
-		in                      atomic.Int32
-		mu                      sync.Mutex
-		last                    lease.Token
-		overlaps, disorder, bad int
-		entries, lost, other    atomic.Int32
-		per                     [5]atomic.Int32
-	)
-	stop := time.Now().Add(8 * time.Second)
-	var wg sync.WaitGroup
-	for ci, c := range []*lease.Client{slow, off1, off2, watcher, plain} {
-		for g := range 3 {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				for n := 0; time.Now().Before(stop); n++ {
-					ttl := []time.Duration{300, 600, 1000}[(ci+g+n)%3] * time.Millisecond
-					s := lease.Spec{TTL: ttl, Deadline: 4 * time.Second, Wait: 3 * time.Second, MinValidity: ttl / 3, Fence: true}
-					if (ci+n)%7 == 0 {
-						s.HoldMin = 20 * time.Millisecond
-					}
-					err := c.Do(context.Background(), key, s, func(ctx context.Context) error {
-						entries.Add(1)
-						per[ci].Add(1)
-						if in.Add(1) != 1 {
-							mu.Lock()
-							overlaps++
-							mu.Unlock()
-						}
-						defer in.Add(-1)
-						tok, _ := lease.TokenFrom(ctx)
-						mu.Lock()
-						if tok <= last {
-							disorder++
-							t.Logf("token %d entered after %d", tok, last)
-						}
-						last = tok
-						mu.Unlock()
-						v, err := direct.Get(context.Background(), lockKey(key)).Result()
-						if want := fmt.Sprintf(":%d", tok); err != nil || len(v) < len(want) || v[len(v)-len(want):] != want {
-							mu.Lock()
-							bad++
-							mu.Unlock()
-							t.Logf("in fn with token %d the key holds %q (%v)", tok, v, err)
-						}
-						time.Sleep(time.Duration(n%4) * time.Millisecond)
-						return nil
-					})
-					switch {
-					case err == nil:
-					case errors.Is(err, lease.ErrLost):
-						lost.Add(1)
-						t.Logf("lost: %v", err)
-					case errors.Is(err, lease.ErrBusy):
-					default:
-						other.Add(1)
-						t.Logf("Do: %v", err)
-					}
-				}
-			}()
+	per := adv10FencedSoak(t, direct, key, []*lease.Client{slow, off1, off2, watcher, plain}, func(ci, n int) time.Duration {
+		if (ci+n)%7 == 0 {
+			return 20 * time.Millisecond
 		}
-	}
-	wg.Wait()
-	t.Logf("entries per Client (slow, inbox refused x2, watcher, plain): %d %d %d %d %d", per[0].Load(), per[1].Load(), per[2].Load(), per[3].Load(), per[4].Load())
-	t.Logf("%d entries; overlaps %d, tokens out of order %d, token not the key's %d, lost %d, other errors %d", entries.Load(), overlaps, disorder, bad, lost.Load(), other.Load())
-	if entries.Load() < 100 {
-		t.Errorf("only %d entries in 8s", entries.Load())
-	}
-	if overlaps+disorder+bad > 0 || lost.Load() > 0 || other.Load() > 0 {
-		t.Error("fenced handovers broke mutual exclusion, token order or reported a loss without any fault")
-	}
+		return 0
+	})
+	t.Logf("entries per Client (slow, inbox refused x2, watcher, plain): %v", per)
 }
 
 // A release tells the next waiter's Client on its inbox by a PUBLISH inside

@@ -23,13 +23,16 @@
 -- queue entry), not on the key's: what every waiter of the key must hear
 -- goes to each inbox in the queue, once per Client, as the channel's
 -- length, ":", the channel, and the message.
+local function tell(cmd, inbox, channel, msg)
+  return redis.pcall(cmd, inbox, #channel .. ':' .. channel .. msg)
+end
 local function tellWaiters(queue, channel, msg, cmd)
   local told = {}
   for _, m in ipairs(redis.call('ZRANGE', queue, 0, 31)) do
     local inbox = string.match(m, '^[^|]+|%d+|%d|%d+|(.+)$')
     if inbox and not told[inbox] then
       told[inbox] = true
-      redis.pcall(cmd, inbox, #channel .. ':' .. channel .. msg)
+      tell(cmd, inbox, channel, msg)
     end
   end
 end
@@ -119,10 +122,9 @@ if redis.call('EXISTS', KEYS[5]) == 1 then
         if full then
           -- Only if the waiter is told: a publish this user may not make
           -- (an ACL without the inbox's channel) leaves it the claim.
-          local r = redis.pcall(ARGV[3], inbox, #KEYS[2] .. ':' .. KEYS[2] .. note(ttl))
-          full = type(r) == 'number'
+          full = type(tell(ARGV[3], inbox, KEYS[2], note(ttl))) == 'number'
         elseif inbox ~= '' then
-          redis.pcall(ARGV[3], inbox, #KEYS[2] .. ':' .. KEYS[2] .. note(px))
+          tell(ARGV[3], inbox, KEYS[2], note(px))
         end
         if full then px = tonumber(ttl) end
         redis.call('SET', KEYS[1], id .. ':' .. tok, 'PX', px)

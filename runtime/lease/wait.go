@@ -28,23 +28,22 @@ func (a *call) obtain(ctx context.Context) (*Lease, error) {
 	}
 	hub := a.c.hub
 	var (
-		w        *waiter
-		got      bool
-		expected bool
+		w   *waiter
+		got bool
 	)
+	mayWait := !waitUntil.IsZero()
+	if mayWait {
+		// A release may hand this call the lease between its busy answer
+		// and its join: the hub keeps a message for it.
+		hub.expect(a.id)
+	}
 	defer func() {
 		hub.leave(w, got)
-		if expected {
+		if mayWait {
 			hub.forget(a.id, &a.k, got)
 		}
 	}()
 	for {
-		if !waitUntil.IsZero() && w == nil && !expected {
-			// A release may hand this call the lease between its busy
-			// answer and its join: the hub keeps a message for it.
-			hub.expect(a.id)
-			expected = true
-		}
 		sent := time.Now()
 		l, pttl, err := a.acquireOnce(ctx, waitUntil)
 		if err != nil && !errors.Is(err, ErrUnknown) && !errors.Is(err, ErrLowValidity) {
