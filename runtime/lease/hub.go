@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -390,8 +391,8 @@ func signal(w *waiter) {
 // notify handles a message on channel: a waiter's identity wakes that
 // waiter (kept for its join if it has not registered yet, see expect;
 // released on its behalf if it has left); anything else wakes every waiter
-// of the channel.
-func (h *waitHub) notify(channel, payload string) {
+// of the channel. It reports whether it woke a waiter.
+func (h *waitHub) notify(channel, payload string) (woke bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	cs := h.chans[channel]
@@ -401,7 +402,7 @@ func (h *waitHub) notify(channel, payload string) {
 				signal(w)
 			}
 		}
-		return
+		return cs != nil && len(cs.waiters) > 0
 	}
 	id := noteID(payload)
 	if cs != nil {
@@ -417,12 +418,12 @@ func (h *waitHub) notify(channel, payload string) {
 			}
 		}
 		if named {
-			return
+			return true
 		}
 	}
 	if _, ok := h.pending[id]; ok {
 		h.pending[id] = payload // for its join
-		return
+		return false
 	}
 	now := time.Now()
 	for i, d := range h.departed {
@@ -431,11 +432,12 @@ func (h *waitHub) notify(channel, payload string) {
 			if !h.closed && now.Before(d.until) {
 				go h.c.releaseOrphan(d.k, d.id)
 			}
-			return
+			return false
 		}
 	}
 	// Anything else names another process's waiter (a key channel carries
 	// every handover), or a call of this Client that got the lease.
+	return false
 }
 
 // inboxConfirmed marks the inbox live and wakes every waiter that listens
@@ -733,8 +735,11 @@ func (h *waitHub) read(ps *redis.PubSub, dead chan struct{}) {
 					h.healthy()
 					// Besides the probe ("p"), what a release tells this
 					// Client's waiters (see release.lua).
-					if ch, note, ok := inboxMessage(m.Payload); ok {
-						h.notify(ch, note)
+					if ch, note, ok := inboxMessage(m.Payload); ok && h.notify(ch, note) {
+						// Let the woken waiter run on this thread now,
+						// instead of after this loop's next receive has
+						// parked it (or on a thread woken for it).
+						runtime.Gosched()
 					}
 				case m.Payload == "w":
 					h.c.wanted(m.Channel) // a waiter elsewhere: a kept lease is released
@@ -742,7 +747,9 @@ func (h *waitHub) read(ps *redis.PubSub, dead chan struct{}) {
 					if len(m.Payload) > 1 || m.Payload == "x" {
 						h.c.keptNotice(m.Channel, m.Payload) // handed over or released from outside
 					}
-					h.notify(m.Channel, m.Payload)
+					if h.notify(m.Channel, m.Payload) {
+						runtime.Gosched()
+					}
 				}
 			}
 		}
