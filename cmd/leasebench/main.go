@@ -38,12 +38,19 @@ var (
 	many    = flag.Int("leases", 10000, "many-leases: leases held at once on one Client")
 	svgOut  = flag.String("svg", "handoff.svg", "where to write the contended handoff-gap chart (empty: none)")
 	genN    = flag.Int("genfuncs", 1000, "generator: annotated functions in the synthetic package (0: skip)")
-	only    = flag.String("run", "1,2,2b,3,4,5", "scenarios to run, comma-separated")
+	only    = flag.String("run", "1,2,2b,2c,3,4,5", "scenarios to run, comma-separated")
 	repo    = flag.String("repo", "../..", "generator: path of the leasegen repository")
 )
 
 func main() {
 	flag.Parse()
+	if *workerKind >= 0 {
+		if err := workerMain(); err != nil {
+			fmt.Fprintln(os.Stderr, "leasebench worker:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if err := run(); err != nil {
 		fmt.Fprintln(os.Stderr, "leasebench:", err)
 		os.Exit(1)
@@ -90,21 +97,14 @@ func run() error {
 			return err
 		}
 	}
-	kinds := []kind{
-		{"raw SET NX + EVALSHA DEL (poll 2ms)", func(r *redis.Client) (locker, func()) { return raw{r}, func() {} }},
-		{"leasegen lease.Do", func(r *redis.Client) (locker, func()) {
-			c, _ := lease.New(r)
-			return leasegenDo{c: c}, func() { c.Close() }
-		}},
-		{"leasegen lease.Do (fence)", func(r *redis.Client) (locker, func()) {
-			c, _ := lease.New(r)
-			return leasegenDo{c: c, fence: true}, func() { c.Close() }
-		}},
-		{"go-redsync/redsync v4 (retry 2ms)", func(r *redis.Client) (locker, func()) { return newRedsync(r), func() {} }},
-		{"bsm/redislock (LinearBackoff 2ms)", func(r *redis.Client) (locker, func()) { return bsmLocker{redislock.New(r)}, func() {} }},
-	}
+	kinds := contendedKinds()
 	if want["2b"] {
 		if err := contendedProcesses(srv.Addr(), kinds); err != nil {
+			return err
+		}
+	}
+	if want["2c"] {
+		if err := contendedOSProcesses(srv.Addr(), kinds); err != nil {
 			return err
 		}
 	}
@@ -124,6 +124,24 @@ func run() error {
 		}
 	}
 	return nil
+}
+
+// contendedKinds are the libraries of the cross-process scenarios (2b,
+// 2c), each made on a client of its own.
+func contendedKinds() []kind {
+	return []kind{
+		{"raw SET NX + EVALSHA DEL (poll 2ms)", func(r *redis.Client) (locker, func()) { return raw{r}, func() {} }},
+		{"leasegen lease.Do", func(r *redis.Client) (locker, func()) {
+			c, _ := lease.New(r)
+			return leasegenDo{c: c}, func() { c.Close() }
+		}},
+		{"leasegen lease.Do (fence)", func(r *redis.Client) (locker, func()) {
+			c, _ := lease.New(r)
+			return leasegenDo{c: c, fence: true}, func() { c.Close() }
+		}},
+		{"go-redsync/redsync v4 (retry 2ms)", func(r *redis.Client) (locker, func()) { return newRedsync(r), func() {} }},
+		{"bsm/redislock (LinearBackoff 2ms)", func(r *redis.Client) (locker, func()) { return bsmLocker{redislock.New(r)}, func() {} }},
+	}
 }
 
 func field(info, name string) string {

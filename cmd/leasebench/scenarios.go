@@ -216,29 +216,35 @@ func contendedProcesses(addr string, kinds []kind) error {
 		if i == 0 {
 			rawWall = wall
 		}
-		sort.Slice(gs, func(a, b int) bool { return gs[a].got.Before(gs[b].got) })
-		changed := 0
-		var waits, gap []time.Duration
-		var gapSum time.Duration
-		for j, g := range gs {
-			waits = append(waits, g.got.Sub(g.asked))
-			if j == 0 {
-				continue
-			}
-			if g.worker != gs[j-1].worker {
-				changed++
-			}
-			d := g.got.Sub(gs[j-1].rel)
-			gap = append(gap, d)
-			gapSum += d
-		}
-		n := len(gs)
-		fmt.Printf("| %s | %v | %.2f× | %.0f%% | %s | %s | %s | %v | %.2f | %v |\n", k.name, wall.Round(time.Millisecond), float64(wall)/float64(rawWall),
-			100*float64(changed)/float64(n-1), us(percentile(gap, 0.5)), us(gapSum/time.Duration(len(gap))), us(percentile(gap, 0.99)),
-			percentile(waits, 1).Round(time.Millisecond), float64(cmds)/float64(n), percentile(waits, 0.99).Round(time.Millisecond))
+		contendedRow(k.name, gs, wall, rawWall, cmds)
 	}
 	fmt.Println()
 	return nil
+}
+
+// contendedRow prints one library's row of a cross-process table (2b,
+// 2c) from its grants.
+func contendedRow(name string, gs []grant, wall, rawWall time.Duration, cmds int64) {
+	sort.Slice(gs, func(a, b int) bool { return gs[a].got.Before(gs[b].got) })
+	changed := 0
+	var waits, gap []time.Duration
+	var gapSum time.Duration
+	for j, g := range gs {
+		waits = append(waits, g.got.Sub(g.asked))
+		if j == 0 {
+			continue
+		}
+		if g.worker != gs[j-1].worker {
+			changed++
+		}
+		d := g.got.Sub(gs[j-1].rel)
+		gap = append(gap, d)
+		gapSum += d
+	}
+	n := len(gs)
+	fmt.Printf("| %s | %v | %.2f× | %.0f%% | %s | %s | %s | %v | %.2f | %v |\n", name, wall.Round(time.Millisecond), float64(wall)/float64(rawWall),
+		100*float64(changed)/float64(n-1), us(percentile(gap, 0.5)), us(gapSum/time.Duration(len(gap))), us(percentile(gap, 0.99)),
+		percentile(waits, 1).Round(time.Millisecond), float64(cmds)/float64(n), percentile(waits, 0.99).Round(time.Millisecond))
 }
 
 // 5. Kept leases: a process calling one key over and over keeps its lease

@@ -1,0 +1,197 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Worker mode: cmd/leasebench starts itself once per worker for 2c.
+var (
+	workerKind = flag.Int("worker-kind", -1, "internal (2c): run as one worker process of this library (index)")
+	workerAddr = flag.String("worker-addr", "", "internal (2c): redis-server address")
+	workerKey  = flag.String("worker-key", "", "internal (2c): the contended key")
+)
+
+// 2c. Contended across operating-system processes: as 2b, but each worker
+// is a process of its own (this program, started again in worker mode),
+// with its own go-redis client, library instance and Go scheduler. A
+// handover then wakes another process, as it would in production; in 2b
+// all workers share one Go runtime, whose scheduler sees both ends.
+func contendedOSProcesses(addr string, kinds []kind) error {
+	fmt.Printf("## 2c. Contended across OS processes: %d worker processes × %d loops × %v hold on one key\n\n", *workers, *loops, *hold)
+	fmt.Println("| library | wall | wall / raw | handoffs to another worker | handoff gap p50 | mean | p99 | max wait | commands/lock | p99 wait |")
+	fmt.Println("|---|---|---|---|---|---|---|---|---|---|")
+	self, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	var rawWall time.Duration
+	for i, k := range kinds {
+		gs, wall, cmds, err := runWorkerProcesses(self, addr, i, fmt.Sprintf("os:%d", i))
+		if err != nil {
+			return fmt.Errorf("%s: %w", k.name, err)
+		}
+		if i == 0 {
+			rawWall = wall
+		}
+		contendedRow(k.name, gs, wall, rawWall, cmds)
+	}
+	fmt.Println()
+	return nil
+}
+
+// runWorkerProcesses starts the workers of library kind, lets them go at
+// once when all are connected, and collects their grants. Wall time is
+// from the first ask to the last release, by the machine's clock (the
+// processes share it).
+func runWorkerProcesses(self, addr string, kind int, key string) ([]grant, time.Duration, int64, error) {
+	type proc struct {
+		cmd   *exec.Cmd
+		in    io.WriteCloser
+		out   *bufio.Scanner
+		lines []string
+	}
+	procs := make([]*proc, *workers)
+	kill := func() {
+		for _, p := range procs {
+			if p != nil && p.cmd.Process != nil {
+				_ = p.cmd.Process.Kill()
+				_ = p.cmd.Wait()
+			}
+		}
+	}
+	for w := range procs {
+		cmd := exec.Command(self, "-worker-kind", strconv.Itoa(kind), "-worker-addr", addr, "-worker-key", key,
+			"-loops", strconv.Itoa(*loops), "-hold", hold.String())
+		cmd.Stderr = os.Stderr
+		in, err := cmd.StdinPipe()
+		if err != nil {
+			kill()
+			return nil, 0, 0, err
+		}
+		out, err := cmd.StdoutPipe()
+		if err != nil {
+			kill()
+			return nil, 0, 0, err
+		}
+		if err := cmd.Start(); err != nil {
+			kill()
+			return nil, 0, 0, err
+		}
+		p := &proc{cmd: cmd, in: in, out: bufio.NewScanner(out)}
+		procs[w] = p
+	}
+	for w, p := range procs {
+		if !p.out.Scan() || p.out.Text() != "ready" {
+			kill()
+			return nil, 0, 0, fmt.Errorf("worker %d did not start: %v", w, p.out.Err())
+		}
+	}
+	for _, p := range procs {
+		_, _ = io.WriteString(p.in, "go\n")
+	}
+	var wg sync.WaitGroup
+	for _, p := range procs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for p.out.Scan() {
+				p.lines = append(p.lines, p.out.Text())
+			}
+		}()
+	}
+	wg.Wait()
+	var gs []grant
+	var cmds int64
+	var first, last time.Time
+	for w, p := range procs {
+		if err := p.cmd.Wait(); err != nil {
+			kill()
+			return nil, 0, 0, fmt.Errorf("worker %d: %w", w, err)
+		}
+		for _, l := range p.lines {
+			f := strings.Fields(l)
+			switch {
+			case len(f) == 2 && f[0] == "cmds":
+				n, _ := strconv.ParseInt(f[1], 10, 64)
+				cmds += n
+			case len(f) == 4 && f[0] == "g":
+				var t [3]time.Time
+				for j := range t {
+					ns, _ := strconv.ParseInt(f[j+1], 10, 64)
+					t[j] = time.Unix(0, ns)
+				}
+				g := grant{worker: w, asked: t[0], got: t[1], rel: t[2]}
+				if first.IsZero() || g.asked.Before(first) {
+					first = g.asked
+				}
+				if g.rel.After(last) {
+					last = g.rel
+				}
+				gs = append(gs, g)
+			default:
+				return nil, 0, 0, fmt.Errorf("worker %d: unexpected output %q", w, l)
+			}
+		}
+	}
+	if len(gs) != *workers**loops {
+		return nil, 0, 0, fmt.Errorf("%d grants reported, want %d", len(gs), *workers**loops)
+	}
+	return gs, last.Sub(first), cmds, nil
+}
+
+// workerMain is one worker process of 2c: it connects, says "ready",
+// waits for "go" on stdin, takes the lock loops times, and prints its
+// grants ("g asked got released" in Unix nanoseconds) and the commands it
+// sent.
+func workerMain() error {
+	kinds := contendedKinds()
+	if *workerKind >= len(kinds) {
+		return fmt.Errorf("no library %d", *workerKind)
+	}
+	rdb := redis.NewClient(&redis.Options{Addr: *workerAddr, ContextTimeoutEnabled: true, PoolSize: 4})
+	defer rdb.Close()
+	rdb.AddHook(sent)
+	l, closeFn := kinds[*workerKind].make(rdb)
+	defer closeFn()
+	ctx := context.Background()
+	if err := rdb.Ping(ctx).Err(); err != nil {
+		return err
+	}
+	fmt.Println("ready")
+	if line, err := bufio.NewReader(os.Stdin).ReadString('\n'); err != nil || line != "go\n" {
+		return fmt.Errorf("no start signal: %q %v", line, err)
+	}
+	t0 := sent.n.Load()
+	out := make([]grant, 0, *loops)
+	for range *loops {
+		g := grant{asked: time.Now()}
+		err := l.with(ctx, *workerKey, 10*time.Second, 30*time.Second, func() {
+			g.got = time.Now()
+			time.Sleep(*hold)
+			g.rel = time.Now()
+		})
+		if err != nil {
+			return err
+		}
+		out = append(out, g)
+	}
+	cmds := sent.n.Load() - t0
+	w := bufio.NewWriter(os.Stdout)
+	for _, g := range out {
+		fmt.Fprintf(w, "g %d %d %d\n", g.asked.UnixNano(), g.got.UnixNano(), g.rel.UnixNano())
+	}
+	fmt.Fprintf(w, "cmds %d\n", cmds)
+	return w.Flush()
+}
