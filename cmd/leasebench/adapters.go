@@ -77,8 +77,10 @@ func (l leasegenDo) with(ctx context.Context, key string, ttl, wait time.Duratio
 
 type leasegenWrapper struct{ s *Service }
 
-func (leasegenWrapper) name() string   { return "leasegen generated wrapper (fence)" }
-func (leasegenWrapper) config() string { return "//lease:lock bench:{key} ttl=10s deadline=1m wait=30s fence" }
+func (leasegenWrapper) name() string { return "leasegen generated wrapper (fence)" }
+func (leasegenWrapper) config() string {
+	return "//lease:lock bench:{key} ttl=10s deadline=1m wait=30s fence"
+}
 
 func (l leasegenWrapper) with(ctx context.Context, key string, ttl, wait time.Duration, fn func()) error {
 	return l.s.Protected(ctx, key, fn)
