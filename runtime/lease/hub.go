@@ -132,9 +132,15 @@ func (h *waitHub) forget(id string, k *keys, granted bool) {
 		return // joined: add took it over
 	}
 	delete(h.pending, id)
-	if granted || h.closed {
-		return
+	if !granted && !h.closed {
+		h.left(id, k, note)
 	}
+}
+
+// left handles a waiter that left without the lease, h.mu held: a
+// handover that already named it (note) is released on its behalf; one
+// that may still come finds it among the departed.
+func (h *waitHub) left(id string, k *keys, note string) {
 	if note != "" {
 		go h.c.releaseOrphan(k, id)
 		return
@@ -356,11 +362,7 @@ func (h *waitHub) leave(w *waiter, granted bool) {
 		cs.waiters = slices.Delete(cs.waiters, i, i+1)
 	}
 	if !granted && w.k != nil && !h.closed {
-		if w.note != "" {
-			go h.c.releaseOrphan(w.k, w.id)
-		} else {
-			h.depart(w.id, w.k)
-		}
+		h.left(w.id, w.k, w.note)
 	}
 	if len(cs.waiters) == 0 && cs.keepers == 0 {
 		if !cs.asked {
