@@ -95,28 +95,6 @@ func adv12ParseG(s string) adv12GSpec {
 	return g
 }
 
-func adv12Class(err error) string {
-	switch {
-	case err == nil:
-		return "ok"
-	case errors.Is(err, lease.ErrLost):
-		return "lost"
-	case errors.Is(err, lease.ErrBusy):
-		return "busy"
-	case errors.Is(err, lease.ErrDeadline):
-		return "deadline"
-	case errors.Is(err, lease.ErrUnknown):
-		return "unknown"
-	case errors.Is(err, lease.ErrRefused):
-		return "refused"
-	case errors.Is(err, lease.ErrLowValidity):
-		return "lowvalidity"
-	case errors.Is(err, lease.ErrClosed):
-		return "closed"
-	}
-	return "other"
-}
-
 func adv12Worker() {
 	name := os.Getenv("ADV12_NAME")
 	key := os.Getenv("ADV12_KEY")
@@ -207,7 +185,7 @@ func adv12Worker() {
 				if err != nil {
 					msg = strings.ReplaceAll(err.Error(), "\n", " ")
 				}
-				say("DONE %s %d %d %d %d %s %s", name, gi, n, start.UnixNano(), time.Now().UnixNano(), adv12Class(err), msg)
+				say("DONE %s %d %d %d %d %s %s", name, gi, n, start.UnixNano(), time.Now().UnixNano(), outcomeOf(err), msg)
 			}
 		}()
 	}
