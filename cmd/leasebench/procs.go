@@ -176,12 +176,7 @@ func workerMain() error {
 	t0 := sent.n.Load()
 	out := make([]grant, 0, *loops)
 	for range *loops {
-		g := grant{asked: time.Now()}
-		err := l.with(ctx, *workerKey, 10*time.Second, 30*time.Second, func() {
-			g.got = time.Now()
-			time.Sleep(*hold)
-			g.rel = time.Now()
-		})
+		g, err := holdOnce(l, *workerKey)
 		if err != nil {
 			return err
 		}

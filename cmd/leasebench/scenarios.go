@@ -77,6 +77,18 @@ type grant struct {
 	asked, got, rel time.Time
 }
 
+// holdOnce takes key with l (waiting up to 30s), holds it for hold, and
+// releases it: one lock of the contended scenarios, timed.
+func holdOnce(l locker, key string) (grant, error) {
+	g := grant{asked: time.Now()}
+	err := l.with(context.Background(), key, 10*time.Second, 30*time.Second, func() {
+		g.got = time.Now()
+		time.Sleep(*hold)
+		g.rel = time.Now()
+	})
+	return g, err
+}
+
 // 2. Contended: workers × loops on one key, each holding for hold.
 func contended(rdb *redis.Client, libs []locker) error {
 	fmt.Printf("## 2. Contended: %d workers × %d loops × %v hold on one key\n\n", *workers, *loops, *hold)
@@ -100,12 +112,8 @@ func contended(rdb *redis.Client, libs []locker) error {
 			go func() {
 				defer wg.Done()
 				for range *loops {
-					g := grant{worker: w, asked: time.Now()}
-					err := l.with(context.Background(), key, 10*time.Second, 30*time.Second, func() {
-						g.got = time.Now()
-						time.Sleep(*hold)
-						g.rel = time.Now()
-					})
+					g, err := holdOnce(l, key)
+					g.worker = w
 					mu.Lock()
 					if err != nil && firstErr == nil {
 						firstErr = fmt.Errorf("%s: %w", l.name(), err)
@@ -189,12 +197,8 @@ func contendedProcesses(addr string, kinds []kind) error {
 			go func() {
 				defer wg.Done()
 				for range *loops {
-					g := grant{worker: w, asked: time.Now()}
-					err := lockers[w].with(context.Background(), key, 10*time.Second, 30*time.Second, func() {
-						g.got = time.Now()
-						time.Sleep(*hold)
-						g.rel = time.Now()
-					})
+					g, err := holdOnce(lockers[w], key)
+					g.worker = w
 					mu.Lock()
 					if err != nil && firstErr == nil {
 						firstErr = fmt.Errorf("%s: %w", k.name, err)
