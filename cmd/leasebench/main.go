@@ -104,7 +104,7 @@ func run() error {
 		}
 	}
 	if want["2c"] {
-		if err := contendedOSProcesses(srv.Addr(), kinds); err != nil {
+		if err := contendedOSProcesses(srv.Addr(), osKinds()); err != nil {
 			return err
 		}
 	}

@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -21,7 +22,15 @@ var (
 	workerKind = flag.Int("worker-kind", -1, "internal (2c): run as one worker process of this library (index)")
 	workerAddr = flag.String("worker-addr", "", "internal (2c): redis-server address")
 	workerKey  = flag.String("worker-key", "", "internal (2c): the contended key")
+	workerIdx  = flag.Int("worker-index", 0, "internal (2c): this worker's place among the workers")
 )
+
+// osKinds are the rows of 2c: the libraries of contendedKinds, then the
+// floor of any handover between processes that a server notification
+// starts (see relay).
+func osKinds() []kind {
+	return append(contendedKinds(), kind{"floor: pub/sub relay, no lock (see 2c)", newRelay})
+}
 
 // 2c. Contended across operating-system processes: as 2b, but each worker
 // is a process of its own (this program, started again in worker mode),
@@ -73,6 +82,7 @@ func runWorkerProcesses(self, addr string, kind int, key string) ([]grant, time.
 	}
 	for w := range procs {
 		cmd := exec.Command(self, "-worker-kind", strconv.Itoa(kind), "-worker-addr", addr, "-worker-key", key,
+			"-worker-index", strconv.Itoa(w), "-workers", strconv.Itoa(*workers),
 			"-loops", strconv.Itoa(*loops), "-hold", hold.String())
 		cmd.Stderr = os.Stderr
 		in, err := cmd.StdinPipe()
@@ -156,7 +166,7 @@ func runWorkerProcesses(self, addr string, kind int, key string) ([]grant, time.
 // grants ("g asked got released" in Unix nanoseconds) and the commands it
 // sent.
 func workerMain() error {
-	kinds := contendedKinds()
+	kinds := osKinds()
 	if *workerKind >= len(kinds) {
 		return fmt.Errorf("no library %d", *workerKind)
 	}
@@ -189,4 +199,49 @@ func workerMain() error {
 	}
 	fmt.Fprintf(w, "cmds %d\n", cmds)
 	return w.Flush()
+}
+
+// relay is not a lock: it is the floor under any fair handover between
+// processes that a message from the server starts, as leasegen's does. The
+// workers pass a token around a ring by PUBLISH: worker i waits for its
+// channel's message, runs fn, and publishes to worker i+1's channel. No
+// script runs and no acquire or release is sent; what is left of a
+// handover is the notification itself: a publish, the server's delivery,
+// and the wake of a process that sat idle through the hold, with one hop
+// from go-redis's receiving goroutine to the caller's (as in leasegen's
+// hub).
+type relay struct {
+	rdb   *redis.Client
+	ch    <-chan *redis.Message
+	next  string
+	token bool // worker 0 starts with it
+}
+
+func newRelay(rdb *redis.Client) (locker, func()) {
+	ctx := context.Background()
+	own := func(w int) string { return fmt.Sprintf("relay:%s:%d", *workerKey, w) }
+	sub := rdb.Subscribe(ctx, own(*workerIdx))
+	if _, err := sub.Receive(ctx); err != nil { // subscribed before "ready"
+		panic(err)
+	}
+	r := &relay{rdb: rdb, ch: sub.Channel(), next: own((*workerIdx + 1) % *workers), token: *workerIdx == 0}
+	return r, func() { _ = sub.Close() }
+}
+
+func (*relay) name() string   { return "pub/sub relay" }
+func (*relay) config() string { return "a token passed around the workers by PUBLISH" }
+
+func (r *relay) with(ctx context.Context, key string, ttl, wait time.Duration, fn func()) error {
+	if !r.token {
+		t := time.NewTimer(wait)
+		defer t.Stop()
+		select {
+		case <-r.ch:
+		case <-t.C:
+			return errors.New("relay: no token")
+		}
+	}
+	r.token = false
+	fn()
+	return r.rdb.Publish(ctx, r.next, "t").Err()
 }
