@@ -29,14 +29,15 @@ var (
 // floor of any handover between processes that a server notification
 // starts (see relay).
 func osKinds() []kind {
-	return append(contendedKinds(), kind{"floor: pub/sub relay, no lock (see 2c)", newRelay})
+	return append(contendedKinds(), kind{"floor: pub/sub relay (no lock)", newRelay})
 }
 
 // 2c. Contended across operating-system processes: as 2b, but each worker
 // is a process of its own (this program, started again in worker mode),
 // with its own go-redis client, library instance and Go scheduler. A
 // handover then wakes another process, as it would in production; in 2b
-// all workers share one Go runtime, whose scheduler sees both ends.
+// all workers share one Go runtime, whose scheduler sees both ends. The
+// last row is no lock but the floor under a fair handover (see relay).
 func contendedOSProcesses(addr string, kinds []kind) error {
 	fmt.Printf("## 2c. Contended across OS processes: %d worker processes × %d loops × %v hold on one key\n\n", *workers, *loops, *hold)
 	fmt.Println("| library | wall | wall / raw | handoffs to another worker | handoff gap p50 | mean | p99 | max wait | commands/lock | p99 wait |")
