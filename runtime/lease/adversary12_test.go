@@ -242,6 +242,7 @@ type adv12Run struct {
 	calls map[string]*adv12Call
 	procs []*adv12Proc
 	event chan string // ENTER/DONE lines, for tests that wait on them
+	seen  []string    // lines read from event that no waitEvent has matched yet
 
 	subFails []string // SUBFAIL lines: a worker's subscription failed
 }
@@ -392,13 +393,23 @@ func (p *adv12Proc) pause(d time.Duration) {
 // waitEvent waits for a line starting with prefix (and containing sub).
 func (r *adv12Run) waitEvent(prefix, sub string, within time.Duration) string {
 	r.t.Helper()
+	match := func(l string) bool { return strings.HasPrefix(l, prefix) && strings.Contains(l, sub) }
+	// A line an earlier wait read past (two processes' events come in
+	// either order) is kept for the wait it matches.
+	for i, l := range r.seen {
+		if match(l) {
+			r.seen = slices.Delete(r.seen, i, i+1)
+			return l
+		}
+	}
 	deadline := time.After(within)
 	for {
 		select {
 		case l := <-r.event:
-			if strings.HasPrefix(l, prefix) && strings.Contains(l, sub) {
+			if match(l) {
 				return l
 			}
+			r.seen = append(r.seen, l)
 		case <-deadline:
 			r.t.Fatalf("no %q line with %q within %v", prefix, sub, within)
 			return ""
