@@ -65,6 +65,16 @@ func (s Stamp) stale(resource string, cur Stamp) error {
 	return err
 }
 
+// staleSince builds the ErrStale error for a write a row's stamp refused
+// when that stamp can no longer be read (what says why), and reports it.
+func (s Stamp) staleSince(resource, what string) error {
+	err := fmt.Errorf("%s: token %d was refused by the row's stamp at the write; %s: %w", resource, s.Token, what, ErrStale)
+	if s.lease != nil {
+		s.lease.ReportStaleWrite(err)
+	}
+	return err
+}
+
 func (s Stamp) check() error {
 	if s.Token == 0 {
 		return errors.New("fence: zero token: the write is not made under a fenced lease")

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"math"
 	"strings"
 )
 
@@ -15,7 +16,9 @@ import (
 //	fence_owner text   NOT NULL
 //
 // Every write compares stamps in its WHERE clause, so the check and the
-// write are one atomic statement.
+// write are one atomic statement. Tokens above math.MaxInt64 (which lease
+// tokens, server time in microseconds, never reach) are refused with an
+// error rather than stored as negative bigints.
 type Table struct {
 	Name  string // table name, optionally schema-qualified
 	Key   string // the key column (with a unique constraint for Upsert)
@@ -93,6 +96,19 @@ func quote(id string) string {
 	return strings.Join(parts, ".")
 }
 
+// sqlToken is s's token as the bigint the columns hold: a token above
+// math.MaxInt64 would wrap to a negative one and compare as older than
+// every other.
+func (s Stamp) sqlToken() (int64, error) {
+	if err := s.check(); err != nil {
+		return 0, err
+	}
+	if s.Token > math.MaxInt64 {
+		return 0, fmt.Errorf("fence: token %d does not fit the table's bigint column", s.Token)
+	}
+	return int64(s.Token), nil
+}
+
 // admits is the stamp comparison as SQL, with the new stamp in $tok, $own.
 func admits(col, tokCol, ownCol, tok, own string) string {
 	return fmt.Sprintf("(%s%s < %s OR (%s%s = %s AND %s%s = %s))", col, tokCol, tok, col, tokCol, tok, col, ownCol, own)
@@ -106,7 +122,8 @@ func admits(col, tokCol, ownCol, tok, own string) string {
 // It returns ErrStale (reported to the lease's observer) or ErrNoRow when
 // nothing was written.
 func (t Table) Update(ctx context.Context, db Execer, s Stamp, key any, cols ...Col) error {
-	if err := s.check(); err != nil {
+	tok64, err := s.sqlToken()
+	if err != nil {
 		return err
 	}
 	tokCol, ownCol := t.cols()
@@ -116,7 +133,7 @@ func (t Table) Update(ctx context.Context, db Execer, s Stamp, key any, cols ...
 		args = append(args, c.Value)
 		set = append(set, fmt.Sprintf("%s = $%d", quote(c.Name), len(args)))
 	}
-	args = append(args, int64(s.Token), s.Owner, key)
+	args = append(args, tok64, s.Owner, key)
 	n := len(args)
 	tok, own := fmt.Sprintf("$%d", n-2), fmt.Sprintf("$%d", n-1)
 	set = append(set, tokCol+" = "+tok, ownCol+" = "+own)
@@ -125,22 +142,35 @@ func (t Table) Update(ctx context.Context, db Execer, s Stamp, key any, cols ...
 	if err != nil || rows > 0 {
 		return err
 	}
-	return t.refused(ctx, db, s, key, ErrNoRow)
+	return t.refused(ctx, db, s, key, ErrNoRow, false)
 }
 
-// refused explains a write that changed no row: stale, or absent (then
-// returns absent).
-func (t Table) refused(ctx context.Context, db Execer, s Stamp, key any, absent error) error {
+// refused explains a write that changed no row, by reading the row's
+// stamp in a statement of its own: the row may have changed in between.
+// For Update and Delete no row changed because the row was absent (then
+// refused returns absent) or its stamp refused s (ErrStale). A row read
+// now whose stamp admits s was absent at the write, or changed since: it
+// is reported as absent, never as a stale write it does not explain. For
+// Upsert (refusedByRow) a row's stamp did refuse s, since an absent row
+// is inserted: ErrStale whatever the row is now, deleted included.
+func (t Table) refused(ctx context.Context, db Execer, s Stamp, key any, absent error, refusedByRow bool) error {
 	tokCol, ownCol := t.cols()
 	q := fmt.Sprintf("SELECT %s, %s FROM %s WHERE %s = $1", tokCol, ownCol, quote(t.Name), quote(t.Key))
 	tok, owner, found, err := db.QueryStamp(ctx, q, key)
 	if err != nil {
 		return err
 	}
-	if !found {
+	res := fmt.Sprintf("%s[%v]", t.Name, key)
+	cur := Stamp{Token: tokenOf(tok), Owner: owner}
+	switch {
+	case !refusedByRow && (!found || s.Admits(cur)):
 		return absent
+	case !found:
+		return s.staleSince(res, "the row has been deleted since")
+	case s.Admits(cur):
+		return s.staleSince(res, fmt.Sprintf("the row's stamp has changed since (now token %d)", cur.Token))
 	}
-	return s.stale(fmt.Sprintf("%s[%v]", t.Name, key), Stamp{Token: tokenOf(tok), Owner: owner})
+	return s.stale(res, cur)
 }
 
 // Upsert inserts the row, or updates it if s admits its stamp:
@@ -148,8 +178,12 @@ func (t Table) refused(ctx context.Context, db Execer, s Stamp, key any, absent 
 //	INSERT INTO t (key, c1, …, fence_token, fence_owner) VALUES (…)
 //	ON CONFLICT (key) DO UPDATE SET c1 = EXCLUDED.c1, …
 //	WHERE t.fence_token < EXCLUDED.fence_token OR (… = … AND t.fence_owner = EXCLUDED.fence_owner)
+//
+// It returns ErrStale (reported to the lease's observer) when the row's
+// stamp refused s, even if the row has changed or been deleted since.
 func (t Table) Upsert(ctx context.Context, db Execer, s Stamp, key any, cols ...Col) error {
-	if err := s.check(); err != nil {
+	tok64, err := s.sqlToken()
+	if err != nil {
 		return err
 	}
 	tokCol, ownCol := t.cols()
@@ -162,7 +196,7 @@ func (t Table) Upsert(ctx context.Context, db Execer, s Stamp, key any, cols ...
 		set = append(set, fmt.Sprintf("%s = EXCLUDED.%s", quote(c.Name), quote(c.Name)))
 	}
 	names = append(names, tokCol, ownCol)
-	args = append(args, int64(s.Token), s.Owner)
+	args = append(args, tok64, s.Owner)
 	set = append(set, tokCol+" = EXCLUDED."+tokCol, ownCol+" = EXCLUDED."+ownCol)
 	ph := make([]string, len(args))
 	for i := range ph {
@@ -176,7 +210,9 @@ func (t Table) Upsert(ctx context.Context, db Execer, s Stamp, key any, cols ...
 	if err != nil || rows > 0 {
 		return err
 	}
-	return t.refused(ctx, db, s, key, nil)
+	// No row changed: an absent row would have been inserted, so a row's
+	// stamp refused s.
+	return t.refused(ctx, db, s, key, nil, true)
 }
 
 // Delete removes the row with key if s admits its stamp; a missing row is
@@ -184,14 +220,15 @@ func (t Table) Upsert(ctx context.Context, db Execer, s Stamp, key any, cols ...
 // older token can recreate it. Prefer a "deleted" column written with
 // Update when that matters.
 func (t Table) Delete(ctx context.Context, db Execer, s Stamp, key any) error {
-	if err := s.check(); err != nil {
+	tok64, err := s.sqlToken()
+	if err != nil {
 		return err
 	}
 	tokCol, ownCol := t.cols()
 	q := fmt.Sprintf("DELETE FROM %s WHERE %s = $1 AND %s", quote(t.Name), quote(t.Key), admits("", tokCol, ownCol, "$2", "$3"))
-	rows, err := db.Exec(ctx, q, key, int64(s.Token), s.Owner)
+	rows, err := db.Exec(ctx, q, key, tok64, s.Owner)
 	if err != nil || rows > 0 {
 		return err
 	}
-	return t.refused(ctx, db, s, key, nil)
+	return t.refused(ctx, db, s, key, nil, false)
 }
