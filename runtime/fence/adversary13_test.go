@@ -895,3 +895,25 @@ func TestAdversary13StaleUpsertNeverNilWithoutWrite(t *testing.T) {
 		t.Fatal("no stale write was refused: the race was not exercised")
 	}
 }
+
+// An Upsert the row refused is ErrStale even when the explaining read
+// fails (it returned the read's error: a caller testing for ErrStale
+// would retry, and the observer heard nothing). Found by round 14.
+func TestAdversary13UpsertRefusedReadFailsIsStale(t *testing.T) {
+	db, table := postgres(t)
+	tbl := fence.Table{Name: table, Key: "id"}
+	if err := tbl.Upsert(context.Background(), fence.SQL(db), stamp(10, "newer"), "r"); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	x := adv13Hook{fence.SQL(db), cancel}
+	err := tbl.Upsert(ctx, x, stamp(5, "stale"), "r", fence.Set("balance", 5))
+	if !errors.Is(err, fence.ErrStale) {
+		t.Fatalf("refused Upsert whose explaining read failed = %v; want ErrStale", err)
+	}
+	t.Logf("%v", err)
+	var tok int64
+	if err := db.QueryRow("SELECT fence_token FROM " + table + " WHERE id = 'r'").Scan(&tok); err != nil || tok != 10 {
+		t.Fatalf("row token %d (%v); want 10", tok, err)
+	}
+}

@@ -19,9 +19,14 @@ import (
 // write are one atomic statement. Tokens above math.MaxInt64 (which lease
 // tokens, server time in microseconds, never reach) are refused with an
 // error rather than stored as negative bigints.
+//
+// A write that changed no row is explained by a second statement that
+// reads the row's stamp, so the table must not drop writes by itself (a
+// BEFORE trigger that returns NULL, a DO INSTEAD NOTHING rule): a write
+// dropped that way would be reported as refused.
 type Table struct {
 	Name  string // table name, optionally schema-qualified
-	Key   string // the key column (with a unique constraint for Upsert)
+	Key   string // the key column: unique (a primary key or a unique constraint)
 	Token string // token column; "" means fence_token
 	Owner string // owner column; "" means fence_owner
 }
@@ -149,18 +154,24 @@ func (t Table) Update(ctx context.Context, db Execer, s Stamp, key any, cols ...
 // stamp in a statement of its own: the row may have changed in between.
 // For Update and Delete no row changed because the row was absent (then
 // refused returns absent) or its stamp refused s (ErrStale). A row read
-// now whose stamp admits s was absent at the write, or changed since: it
-// is reported as absent, never as a stale write it does not explain. For
-// Upsert (refusedByRow) a row's stamp did refuse s, since an absent row
-// is inserted: ErrStale whatever the row is now, deleted included.
+// now whose stamp admits s was absent at the write, or was deleted since
+// (a deleted row forgets its stamp, see Delete) and written again with an
+// older one: it is reported as absent, never as a stale write it does not
+// explain. For Upsert (refusedByRow) a row's stamp did refuse s, since an
+// absent row is inserted: ErrStale whatever the row is now, deleted
+// included, and even when it cannot be read.
 func (t Table) refused(ctx context.Context, db Execer, s Stamp, key any, absent error, refusedByRow bool) error {
 	tokCol, ownCol := t.cols()
 	q := fmt.Sprintf("SELECT %s, %s FROM %s WHERE %s = $1", tokCol, ownCol, quote(t.Name), quote(t.Key))
 	tok, owner, found, err := db.QueryStamp(ctx, q, key)
+	res := fmt.Sprintf("%s[%v]", t.Name, key)
 	if err != nil {
+		if refusedByRow {
+			// Refused all the same: only the explanation is missing.
+			return s.staleSince(res, fmt.Sprintf("its stamp could not be read: %v", err))
+		}
 		return err
 	}
-	res := fmt.Sprintf("%s[%v]", t.Name, key)
 	cur := Stamp{Token: tokenOf(tok), Owner: owner}
 	switch {
 	case !refusedByRow && (!found || s.Admits(cur)):
