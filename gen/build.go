@@ -249,9 +249,9 @@ func (g *pkgGen) funcWrapper(fd *ast.FuncDecl, raw *directive.Directive) *templa
 	recvPtr := false
 	if recv := sig.Recv(); recv != nil {
 		w.Template = "method"
-		t := recv.Type()
+		t := types.Unalias(recv.Type())
 		if p, ok := t.(*types.Pointer); ok {
-			t, recvPtr = p.Elem(), true
+			t, recvPtr = types.Unalias(p.Elem()), true
 		}
 		recvNamed, _ = t.(*types.Named)
 		if recvNamed == nil || recvNamed.TypeParams().Len() > 0 {
@@ -330,12 +330,19 @@ func (g *pkgGen) funcWrapper(fd *ast.FuncDecl, raw *directive.Directive) *templa
 	}
 
 	// Names: everything the body refers to is reserved for parameters.
-	n := g.newNamer(q)
+	n := g.newNamer(q, append(slices.Clone(paramTypes), w.Results...)...)
 	n.reserve(fd.Name.Name)
 	if recvNamed != nil {
 		w.RecvName = n.alloc(recvName(fd), "r")
 	}
 	for _, tp := range w.TypeParams {
+		if n.used[tp.Name] {
+			// The wrapper copies type parameters as they are: one named
+			// like a package or predeclared name its body uses would
+			// shadow it there.
+			g.errorf(fd.Name.Pos(), "%s: type parameter %s has a name the generated wrapper needs (a package it imports or a predeclared identifier): rename it", fd.Name.Name, tp.Name)
+			return nil
+		}
 		n.reserve(tp.Name)
 	}
 

@@ -3,6 +3,7 @@ package gen
 import (
 	"go/ast"
 	"go/types"
+	"slices"
 	"strconv"
 
 	"github.com/leasegen/leasegen/gen/directive"
@@ -37,16 +38,25 @@ func (g *pkgGen) decorator(ts *ast.TypeSpec, it *ast.InterfaceType) *templates.D
 	if tn == nil {
 		return nil
 	}
+	if _, alias := tn.Type().(*types.Alias); alias {
+		g.errorf(ts.Name.Pos(), "%s: is a type alias; a decorator is generated for a defined interface type (type %s interface{ ... })", ts.Name.Name, ts.Name.Name)
+		return nil
+	}
 	named, _ := tn.Type().(*types.Named)
 	if named == nil || named.TypeParams().Len() > 0 {
 		g.errorf(ts.Name.Pos(), "%s: generic interfaces are not supported", ts.Name.Name)
 		return nil
 	}
 	iface := named.Underlying().(*types.Interface)
+	// The decorator's fields must not share a name with a method.
+	fields := newNamer()
+	for i := range iface.NumMethods() {
+		fields.reserve(iface.Method(i).Name())
+	}
 	dec := &templates.Decorator{
 		Iface: ts.Name.Name, IfaceTyp: g.qual().typ(named),
 		Ctor: "NewLeased" + exportName(ts.Name.Name), Struct: "leased" + exportName(ts.Name.Name),
-		Recv: "x", Next: "next", ClientF: "leases",
+		Recv: "x", Next: fields.alloc("next", ""), ClientF: fields.alloc("leases", ""),
 	}
 	for _, name := range []string{dec.Ctor, dec.Struct} {
 		if !g.declare(ts.Name.Pos(), name, nil) {
@@ -72,7 +82,7 @@ func (g *pkgGen) decorator(ts *ast.TypeSpec, it *ast.InterfaceType) *templates.D
 		for j := range sig.Results().Len() {
 			w.Results = append(w.Results, q.typ(sig.Results().At(j).Type()))
 		}
-		n := g.newNamer(q)
+		n := g.newNamer(q, append(slices.Clone(ptypes), w.Results...)...)
 		n.reserve(dec.Recv)
 		orig := map[string]int{}
 		for j := range sig.Params().Len() {

@@ -4,6 +4,7 @@ import (
 	"go/ast"
 	"go/token"
 	"go/types"
+	"regexp"
 	"strconv"
 	"unicode"
 	"unicode/utf8"
@@ -137,10 +138,13 @@ func (n *namer) alloc(want, def string) string {
 	return name
 }
 
-// newNamer returns a namer for one wrapper with every import name its
-// text refers to reserved, and those of the packages the templates use: a
-// parameter with such a name would shadow the package in the body.
-func (g *pkgGen) newNamer(q *qual) *namer {
+// newNamer returns a namer for one wrapper with every name its body may
+// refer to reserved, so that no parameter shadows it there: the import
+// names its text refers to and those of the packages the templates use,
+// the predeclared identifiers (string, int64, nil, len, error, ...), and
+// the package's own names in typeTexts (the types of its parameters and
+// results, which the body repeats, as in var r0 Res).
+func (g *pkgGen) newNamer(q *qual, typeTexts ...string) *namer {
 	n := newNamer()
 	for _, path := range fixedImports {
 		n.reserve(g.imports[path])
@@ -148,5 +152,17 @@ func (g *pkgGen) newNamer(q *qual) *namer {
 	for path := range q.uses {
 		n.reserve(g.imports[path])
 	}
+	n.reserve(types.Universe.Names()...)
+	if g.pkg.Types != nil {
+		for _, text := range typeTexts {
+			for _, id := range identRE.FindAllString(text, -1) {
+				if g.pkg.Types.Scope().Lookup(id) != nil {
+					n.reserve(id)
+				}
+			}
+		}
+	}
 	return n
 }
+
+var identRE = regexp.MustCompile(`[\pL_][\pL\pN_]*`)

@@ -8,18 +8,18 @@ import (
 // Signature checks: what a leased function must look like.
 
 func isContext(t types.Type) bool {
-	n, ok := t.(*types.Named)
+	n, ok := types.Unalias(t).(*types.Named)
 	return ok && n.Obj().Pkg() != nil && n.Obj().Pkg().Path() == "context" && n.Obj().Name() == "Context"
 }
 
 var errorType = types.Universe.Lookup("error").Type()
 
 func isLeaseClient(t types.Type) bool {
-	p, ok := t.(*types.Pointer)
+	p, ok := types.Unalias(t).(*types.Pointer)
 	if !ok {
 		return false
 	}
-	n, ok := p.Elem().(*types.Named)
+	n, ok := types.Unalias(p.Elem()).(*types.Named)
 	return ok && n.Obj().Pkg() != nil && n.Obj().Pkg().Path() == leasePkg && n.Obj().Name() == "Client"
 }
 
