@@ -30,7 +30,7 @@ const keyKinds = "string, integer, bool, fmt.Stringer or encoding.TextMarshaler"
 
 // key resolves the key template against the parameters.
 func (g *pkgGen) key(d *directive.Directive, sig *types.Signature, orig map[string]int, w *templates.Wrapper, n *namer, q *qual) ([]templates.KeyPart, bool) {
-	parts, es := directive.ParseKey(d.Key, d.KeyPos)
+	parts, es := directive.ParseKeyOf(d)
 	g.errs.addAll(es)
 	if len(es) > 0 {
 		return nil, false

@@ -78,6 +78,10 @@ type Directive struct {
 	Key    string    // Lock and Leader only
 	KeyPos token.Pos
 
+	// keyOffsets, for a quoted key, is where each byte of Key is in the
+	// source, from KeyPos (the quote); nil for a key as written.
+	keyOffsets []int
+
 	// Ignore only: the check suppressed and why.
 	Ignored, Reason string
 
@@ -171,6 +175,9 @@ func Parse(pos token.Pos, text string) (*Directive, []Error) {
 			return nil, []Error{errorf(at, "//lease:lock needs a key first, as in //lease:lock orders:{orderID} deadline=1m")}
 		}
 		d.Key, d.KeyPos = args[0].Arg, args[0].Pos
+		if off := int(args[0].Pos - pos); off >= 0 && off < len(text) {
+			d.keyOffsets = quotedOffsets(text[off:])
+		}
 		args = args[1:]
 	}
 	seen := map[string]bool{}

@@ -243,3 +243,35 @@ func TestUnknownOptionListsTheDirectivesOptions(t *testing.T) {
 		}
 	}
 }
+
+// A quoted key's parts are positioned where they are in the source,
+// escapes included (the quote's position plus the offset in the unquoted
+// key put them one or more columns early).
+func TestQuotedKeyPositions(t *testing.T) {
+	for _, tc := range []struct{ text, part string }{
+		{`//lease:lock "a:{idd}" deadline=5s`, "{idd}"},
+		{`//lease:lock "b\x3a{idd}" deadline=5s`, "{idd}"},
+		{`//lease:lock "\u00e9:{idd}" deadline=5s`, "{idd}"},
+		{"//lease:lock `c:{idd}` deadline=5s", "{idd}"},
+		{`//lease:lock d:{idd} deadline=5s`, "{idd}"},
+	} {
+		d, errs := Parse(100, tc.text)
+		if len(errs) > 0 || d == nil {
+			t.Fatalf("%s: %v", tc.text, errs)
+		}
+		parts, errs := ParseKeyOf(d)
+		if len(errs) > 0 {
+			t.Fatalf("%s: %v", tc.text, errs)
+		}
+		want := token.Pos(100 + strings.Index(tc.text, tc.part))
+		var got token.Pos
+		for _, p := range parts {
+			if p.Src == tc.part {
+				got = p.Pos
+			}
+		}
+		if got != want {
+			t.Errorf("%s: %s at offset %d, want %d", tc.text, tc.part, got-100, want-100)
+		}
+	}
+}

@@ -2,7 +2,9 @@ package directive
 
 import (
 	"go/token"
+	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/leasegen/leasegen/runtime/lease"
 )
@@ -20,6 +22,65 @@ type Part struct {
 type Segment struct {
 	Name string
 	Call bool // written Name()
+}
+
+// ParseKeyOf is ParseKey for d's key, with positions in the source even
+// when the key is quoted (escapes included).
+func ParseKeyOf(d *Directive) ([]Part, []Error) {
+	parts, errs := ParseKey(d.Key, d.KeyPos)
+	if d.keyOffsets == nil {
+		return parts, errs
+	}
+	at := func(p token.Pos) token.Pos {
+		if i := int(p - d.KeyPos); i >= 0 && i < len(d.keyOffsets) {
+			return d.KeyPos + token.Pos(d.keyOffsets[i])
+		}
+		return p
+	}
+	for i := range parts {
+		parts[i].Pos = at(parts[i].Pos)
+	}
+	for i := range errs {
+		errs[i].Pos = at(errs[i].Pos)
+	}
+	return parts, errs
+}
+
+// quotedOffsets returns, for raw starting with a quoted Go string, the
+// offset in raw of each byte the string stands for; nil when raw does not
+// start with a quote or the string does not parse.
+func quotedOffsets(raw string) []int {
+	if raw == "" {
+		return nil
+	}
+	var offs []int
+	switch raw[0] {
+	case '`':
+		for i := 1; i < len(raw) && raw[i] != '`'; i++ {
+			offs = append(offs, i)
+		}
+		return offs
+	case '"':
+	default:
+		return nil
+	}
+	s, at := raw[1:], 1
+	for s != "" && s[0] != '"' {
+		v, multibyte, tail, err := strconv.UnquoteChar(s, '"')
+		if err != nil {
+			return nil
+		}
+		n := 1
+		if multibyte {
+			n = utf8.RuneLen(v)
+		}
+		for range n {
+			offs = append(offs, at)
+		}
+		at += len(s) - len(tail)
+		s = tail
+	}
+	return offs
 }
 
 // ParseKey splits a key template. pos is the template's position. Adjacent
