@@ -330,7 +330,7 @@ func (g *pkgGen) funcWrapper(fd *ast.FuncDecl, raw *directive.Directive) *templa
 	}
 
 	// Names: everything the body refers to is reserved for parameters.
-	n := g.newNamer(q, append(slices.Clone(paramTypes), w.Results...)...)
+	n := g.newNamer(q, paramTypes, w.Results)
 	n.reserve(fd.Name.Name)
 	if recvNamed != nil {
 		w.RecvName = n.alloc(recvName(fd), "r")

@@ -3,7 +3,6 @@ package gen
 import (
 	"go/ast"
 	"go/types"
-	"slices"
 	"strconv"
 
 	"github.com/leasegen/leasegen/gen/directive"
@@ -82,7 +81,7 @@ func (g *pkgGen) decorator(ts *ast.TypeSpec, it *ast.InterfaceType) *templates.D
 		for j := range sig.Results().Len() {
 			w.Results = append(w.Results, q.typ(sig.Results().At(j).Type()))
 		}
-		n := g.newNamer(q, append(slices.Clone(ptypes), w.Results...)...)
+		n := g.newNamer(q, ptypes, w.Results)
 		n.reserve(dec.Recv)
 		orig := map[string]int{}
 		for j := range sig.Params().Len() {

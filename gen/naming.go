@@ -144,7 +144,7 @@ func (n *namer) alloc(want, def string) string {
 // the predeclared identifiers (string, int64, nil, len, error, ...), and
 // the package's own names in typeTexts (the types of its parameters and
 // results, which the body repeats, as in var r0 Res).
-func (g *pkgGen) newNamer(q *qual, typeTexts ...string) *namer {
+func (g *pkgGen) newNamer(q *qual, typeTexts ...[]string) *namer {
 	n := newNamer()
 	for _, path := range fixedImports {
 		n.reserve(g.imports[path])
@@ -154,10 +154,12 @@ func (g *pkgGen) newNamer(q *qual, typeTexts ...string) *namer {
 	}
 	n.reserve(types.Universe.Names()...)
 	if g.pkg.Types != nil {
-		for _, text := range typeTexts {
-			for _, id := range identRE.FindAllString(text, -1) {
-				if g.pkg.Types.Scope().Lookup(id) != nil {
-					n.reserve(id)
+		for _, texts := range typeTexts {
+			for _, text := range texts {
+				for _, id := range identRE.FindAllString(text, -1) {
+					if g.pkg.Types.Scope().Lookup(id) != nil {
+						n.reserve(id)
+					}
 				}
 			}
 		}

@@ -311,43 +311,7 @@ func TestAdversary14StaleWritersRaceDeleteRecreate(t *testing.T) {
 	close(stop)
 	wg.Wait()
 
-	rows, err := db.Query("SELECT id, tok, owner, coalesce(writer, ''), op FROM " + audit + " ORDER BY seq")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rows.Close()
-	type st struct {
-		tok   int64
-		owner string
-	}
-	last := map[string]st{}
-	seen := map[string]int{}
-	for rows.Next() {
-		var id, owner, writer, op string
-		var tk int64
-		if err := rows.Scan(&id, &tk, &owner, &writer, &op); err != nil {
-			t.Fatal(err)
-		}
-		if op == "DELETE" {
-			delete(last, id)
-			continue
-		}
-		seen[writer]++
-		if p, ok := last[id]; ok && (tk < p.tok || (tk == p.tok && owner != p.owner)) {
-			t.Errorf("row %s: %s (token %d, %s) accepted after token %d of %s", id, writer, tk, owner, p.tok, p.owner)
-		}
-		last[id] = st{tk, owner}
-	}
-	for m := range accepted {
-		if seen[m] != 1 {
-			t.Errorf("%s returned nil, applied %d times", m, seen[m])
-		}
-	}
-	for m := range refused {
-		if seen[m] != 0 {
-			t.Errorf("%s was refused, applied %d times", m, seen[m])
-		}
-	}
+	adv13CheckHistory(t, db, audit, accepted, refused)
 	t.Logf("stale writers: %d ErrStale, %d ErrNoRow, %d Delete nil, %d applied", stale.Load(), norow.Load(), nilDel.Load(), applied.Load())
 	if stale.Load() == 0 || norow.Load() == 0 {
 		t.Fatal("the race was not exercised")

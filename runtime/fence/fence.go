@@ -53,22 +53,20 @@ func (s Stamp) Admits(cur Stamp) bool {
 
 // stale builds the ErrStale error for a refused write and reports it.
 func (s Stamp) stale(resource string, cur Stamp) error {
-	var err error
 	if cur.Token == s.Token {
-		err = fmt.Errorf("%s: token %d was granted to another owner: %w", resource, s.Token, ErrStale)
-	} else {
-		err = fmt.Errorf("%s: token %d is older than the accepted %d: %w", resource, s.Token, cur.Token, ErrStale)
+		return s.report(fmt.Errorf("%s: token %d was granted to another owner: %w", resource, s.Token, ErrStale))
 	}
-	if s.lease != nil {
-		s.lease.ReportStaleWrite(err)
-	}
-	return err
+	return s.report(fmt.Errorf("%s: token %d is older than the accepted %d: %w", resource, s.Token, cur.Token, ErrStale))
 }
 
 // staleSince builds the ErrStale error for a write a row's stamp refused
 // when that stamp can no longer be read (what says why), and reports it.
 func (s Stamp) staleSince(resource, what string) error {
-	err := fmt.Errorf("%s: token %d was refused by the row's stamp at the write; %s: %w", resource, s.Token, what, ErrStale)
+	return s.report(fmt.Errorf("%s: token %d was refused by the row's stamp at the write; %s: %w", resource, s.Token, what, ErrStale))
+}
+
+// report tells the lease's observer of a refused write (err) and returns it.
+func (s Stamp) report(err error) error {
 	if s.lease != nil {
 		s.lease.ReportStaleWrite(err)
 	}
