@@ -209,6 +209,7 @@ func FuzzParse(f *testing.F) {
 		"//lease:defaults deadline=5s",
 		"// lease:lock k",
 		`//lease:lock "a b" name=X`,
+		`//lease:lock "b\x3a{id}\u00e9:{n}" deadline=5s`,
 		"//lease:lock {a}:{b.c()}",
 		"//lease:leader jobs:{shard} ttl=2s identity=node",
 	} {
@@ -224,7 +225,17 @@ func FuzzParse(f *testing.F) {
 		if d != nil {
 			d.Check()
 			if d.Name == Lock || d.Name == Leader {
-				ParseKey(d.Key, d.KeyPos)
+				parts, kerrs := ParseKeyOf(d)
+				for _, p := range parts {
+					if p.Pos < 1 || int(p.Pos) > len(s) {
+						t.Fatalf("%q: key part %q at %d, outside the comment", s, p.Src, p.Pos)
+					}
+				}
+				for _, e := range kerrs {
+					if e.Pos < 1 || int(e.Pos) > len(s) {
+						t.Fatalf("%q: key error %q at %d, outside the comment", s, e.Msg, e.Pos)
+					}
+				}
 			}
 		}
 	})
