@@ -135,8 +135,10 @@ func (s LeadSpec) normalize() (LeadSpec, error) {
 // nil, after spec.Backoff otherwise. fn runs again only after its previous
 // call returned, so return when ctx is done.
 //
-// Lead returns nil when ctx ends (after releasing the lease if it led), an
-// error wrapping ErrClosed when the Client is closed, or a configuration
+// Lead returns nil when ctx ends (after releasing the lease if it led, or
+// if a campaign's grant may have been made: the release has the release
+// timeout after ctx ends, whether ctx was cancelled or reached its
+// deadline), an error wrapping ErrClosed when the Client is closed, or a configuration
 // error at once (a bad spec or key). Every other failure is retried: each
 // campaign and term is reported to the Observer as a call (EventAcquired
 // when a term starts, EventLost, EventDone with the term's outcome, fn's
@@ -214,12 +216,14 @@ func (c *Client) term(ctx context.Context, key string, spec LeadSpec, owner stri
 	if c.callObs != nil {
 		ctx = c.callObs.StartCall(ctx, key, s)
 	}
+	// A term has no budget: ctx's deadline, if any, says when to stop
+	// leading, not how long the release may take. The release gets the
+	// release timeout after ctx ends, by a deadline as by a cancel, so that
+	// a term (or a grant whose reply was cut by the deadline) is handed over
+	// at once and not left on the server for its TTL.
 	a := &call{c: c, ctx: ctx, key: key, spec: s, start: start, unbounded: true, owner: owner}
 	a.end = start.Add(forever)
-	if d, ok := ctx.Deadline(); ok && d.Before(a.end) {
-		a.end = d
-	}
-	a.reserve = min(c.releaseTimeout, a.end.Sub(a.start)/10)
+	a.reserve = c.releaseTimeout
 	a.k = redisKeys(c.prefix, key)
 	done := false
 	defer func() {

@@ -35,19 +35,19 @@ func (a *call) run(ctx context.Context, l *Lease, fn func(context.Context) error
 	}
 	a.inFn.Store(true)
 
-	returned := false
+	returned, entered := false, false
 	defer func() {
 		a.inFn.Store(false)
 		// Overrun is loss: checked before the timer is disarmed, so a timer
 		// that could not run in time (a busy CPU) changes nothing.
 		validAtReturn := l.valid()
-		if time.Now().After(validAtReturn) {
+		if entered && time.Now().After(validAtReturn) {
 			l.lose(a.lossCause(l, "the function returned after the lease's validity ended"))
 		}
 		deadlineHit := dctx.Err() != nil && errors.Is(context.Cause(dctx), ErrDeadline)
 		cancelLost(errEnded) // first: dctx and nested calls inherit this cause
 		cancelDeadline()
-		if returned && !l.isLost() && a.c.keep(l, a) {
+		if entered && returned && !l.isLost() && a.c.keep(l, a) {
 			// Kept (Spec.Keep): renewed, released later or reused. Lost
 			// while keep asked Redis (fn had returned in time, so the call
 			// stands): the report may have come before the lease was kept,
@@ -83,6 +83,9 @@ func (a *call) run(ctx context.Context, l *Lease, fn func(context.Context) error
 			return // fn panicked: the panic goes on after the cleanup
 		}
 		switch {
+		case !entered:
+			// Not entered for want of validity: err says so, whatever the
+			// validity timer reported meanwhile.
 		case lost:
 			err = lostErr(l.Err(), err)
 		case deadlineHit:
@@ -90,6 +93,18 @@ func (a *call) run(ctx context.Context, l *Lease, fn func(context.Context) error
 			err = deadlineErr(a, err)
 		}
 	}()
+	// The grant (or the kept lease) had MinValidity left when it was
+	// checked, but this goroutine may have been paused since (a GC pause, a
+	// stopped process, a slow Observer): look again as the last thing
+	// before fn, so that no call starts its work on a lease that is about
+	// to expire, or has, and may be someone else's by now.
+	if left := time.Until(l.valid()); left < a.spec.MinValidity {
+		err = fmt.Errorf("%w: key %q: %v left when the function was to be entered, need %v", ErrLowValidity, a.key, max(left, 0).Round(time.Millisecond), a.spec.MinValidity)
+		a.observe(Event{Kind: EventLowValidity, Err: err})
+		returned = true
+		return err
+	}
+	entered = true
 	a.entered = time.Now()
 	err = fn(fctx)
 	returned = true
