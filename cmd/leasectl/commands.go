@@ -392,9 +392,16 @@ func writeJSON(w io.Writer, v any) error {
 	return err
 }
 
-// identityLike reports whether s looks like a grant's identity (32 hex
-// digits), as ForceRelease requires.
+// identityLike reports whether s looks like a grant's identity, as
+// ForceRelease requires: 32 hex digits, and for a leader's term "/" and
+// its owner (no ":" or "/" in it), as Info.Holder shows it.
 func identityLike(s string) bool {
+	if hex, owner, ok := strings.Cut(s, "/"); ok {
+		if owner == "" || strings.ContainsAny(owner, ":/") {
+			return false
+		}
+		s = hex
+	}
 	if len(s) != 32 {
 		return false
 	}

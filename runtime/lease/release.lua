@@ -19,6 +19,9 @@
 -- Returns 1 released (or handed over, or a replay of either), 2 hold set,
 -- 0 not held (expired or deleted from outside), -1 held by another, -3
 -- released from outside (ForceRelease) before this call.
+-- Messages are published with pcall, after the writes they announce: a
+-- publish that an ACL refuses (a user without the key's channel) must not
+-- turn a release that happened into an error (scripts do not roll back).
 -- Waiters listen on their Client's own channel (the inbox, last in their
 -- queue entry), not on the key's: what every waiter of the key must hear
 -- goes to each inbox in the queue, once per Client, as the channel's
@@ -65,7 +68,7 @@ local hold = tonumber(ARGV[2])
 if hold > 0 then
   redis.call('SET', KEYS[1], '~' .. v, 'PX', hold)
   redis.call('SET', KEYS[3], 'h', 'PX', ARGV[4])
-  redis.call(ARGV[3], KEYS[2], 'h')
+  redis.pcall(ARGV[3], KEYS[2], 'h')
   tellWaiters(KEYS[5], KEYS[2], 'h', ARGV[3])
   return 2
 end
@@ -128,7 +131,7 @@ if redis.call('EXISTS', KEYS[5]) == 1 then
         end
         if full then px = tonumber(ttl) end
         redis.call('SET', KEYS[1], id .. ':' .. tok, 'PX', px)
-        redis.call(ARGV[3], KEYS[2], note(px))
+        redis.pcall(ARGV[3], KEYS[2], note(px))
         return 1
       end
     end
