@@ -56,9 +56,13 @@ type Spec struct {
 	// does not ask Redis whether the key is still its own, as a release
 	// does. A lease released from outside (ForceRelease) or handed over is
 	// known within a notification's latency and one round trip (the
-	// notice is checked against the key), and its calls get ErrLost
-	// (the first call of a keep, before the Client hears the key's
-	// notifications, asks Redis instead, as a release would); one
+	// notice is checked against the key), and its calls get ErrLost from
+	// then on (the first call of a keep, before the Client hears the key's
+	// notifications, asks Redis instead, as a release would). A kept call
+	// that begins or ends while the notice is on its way (ForceRelease
+	// may have returned already) runs on the released lease and may
+	// return nil, even while a new holder runs: the loss is reported by
+	// an EventLost when the notice arrives. One
 	// deleted from outside without notice, or lost in a restart or
 	// failover, is known at the next renewal (within TTL/3) or when the
 	// subscription comes back (until the key has been checked after that,
