@@ -283,13 +283,16 @@ func (l *Lease) extend(v time.Time) bool {
 	return true
 }
 
-// holdTo makes the release keep the key until at least t.
-func (l *Lease) holdTo(t time.Time) {
+// holdTo makes the release keep the key until at least t, and returns
+// what it kept it until before.
+func (l *Lease) holdTo(t time.Time) (before time.Time) {
 	l.mu.Lock()
+	before = l.holdUntil
 	if t.After(l.holdUntil) {
 		l.holdUntil = t
 	}
 	l.mu.Unlock()
+	return before
 }
 
 // lose marks l lost with cause and reports it (reportLoss), once.

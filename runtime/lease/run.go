@@ -23,7 +23,7 @@ func (a *call) run(ctx context.Context, l *Lease, fn func(context.Context) error
 		cancelLost(l.Err())
 	}
 	l.cur.Store(a)
-	l.holdTo(a.sent.Add(a.spec.HoldMin))
+	heldBefore := l.holdTo(a.sent.Add(a.spec.HoldMin))
 	a.fctx = refCtx{Context: dctx, ref: leaseRef{l: l, a: a, parent: refFrom(ctx)}}
 	fctx := &a.fctx
 	w := l.w
@@ -63,6 +63,11 @@ func (a *call) run(ctx context.Context, l *Lease, fn func(context.Context) error
 		l.mu.Lock()
 		hold := time.Until(l.holdUntil)
 		l.mu.Unlock()
+		if !entered {
+			// No work ran in this call: only an earlier call's hold-min
+			// (a kept lease's) is left to honour.
+			hold = time.Until(heldBefore)
+		}
 		r := a.release(ctx, hold)
 		l.ended.Store(true)
 		if r.err == nil && (r.res == -3 || r.res <= 0 && !r.at.After(validAtReturn)) {
