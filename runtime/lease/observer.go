@@ -11,13 +11,13 @@ type EventKind uint8
 
 // The events an Observer receives.
 const (
-	EventAcquired           EventKind = iota + 1 // granted and entered; Event.Wait is the time spent getting it
+	EventAcquired           EventKind = iota + 1 // granted, fn entered next (unless EventLowValidity follows: too little left by then); Event.Wait is the time spent getting it
 	EventBusy                                    // held by another for the whole wait
 	EventAcquireUnknown                          // acquire sent, no reply read
-	EventLowValidity                             // granted too late to enter
+	EventLowValidity                             // granted too late to enter, or too little validity left when fn was to be entered (a pause in between): fn not called
 	EventRenewed                                 // renewal confirmed
 	EventRenewFailed                             // renewal unknown (Err wraps ErrUnknown), refused by the server (ErrRefused) or not the owner (ErrLost)
-	EventLost                                    // lease ended while the function ran
+	EventLost                                    // lease ended while the function ran (or, for a call not entered, while it was held)
 	EventDeadlineExceeded                        // the total budget ran out
 	EventReleased                                // release confirmed (or the hold shortened)
 	EventReleaseUnconfirmed                      // release not confirmed: no reply (Err wraps ErrUnknown) or refused (ErrRefused); the TTL will end it
