@@ -34,6 +34,10 @@ type Client struct {
 	renew  *renewer
 	closed atomic.Bool
 
+	// When a release's message was last reported refused (UnixNano; see
+	// publishRefused).
+	pubRefusedAt atomic.Int64
+
 	keptMu        sync.Mutex
 	kept          map[string]*kept  // user key -> a lease kept between calls (Spec.Keep)
 	keptByChannel map[string]string // release channel -> user key of a kept lease

@@ -17,14 +17,17 @@ local want = '~' .. ARGV[1] .. ':'
 if string.sub(v, 1, #want) ~= want then return -1 end
 redis.call('DEL', KEYS[1])
 redis.call('SET', KEYS[3], 'e', 'PX', ARGV[3])
-redis.pcall(ARGV[2], KEYS[2], 'x') -- refused by an ACL: the hold ended all the same
+-- A refused publish (an ACL) does not undo the end of the hold: 11 says
+-- that the hold ended and waiters were not told.
+local refused = type(redis.pcall(ARGV[2], KEYS[2], 'x')) ~= 'number'
 -- Waiters listen on their Clients' own channels (see release.lua).
 local told = {}
 for _, m in ipairs(redis.call('ZRANGE', KEYS[4], 0, 31)) do
   local inbox = string.match(m, '^[^|]+|%d+|%d|%d+|(.+)$')
   if inbox and not told[inbox] then
     told[inbox] = true
-    redis.pcall(ARGV[2], inbox, #KEYS[2] .. ':' .. KEYS[2] .. 'x')
+    if type(redis.pcall(ARGV[2], inbox, #KEYS[2] .. ':' .. KEYS[2] .. 'x')) ~= 'number' then refused = true end
   end
 end
+if refused then return 11 end
 return 1

@@ -175,8 +175,8 @@ func TestRenewalWithoutPermissionLosesWithCause(t *testing.T) {
 }
 
 // Without SUBSCRIBE, waiting degrades to re-checks and says so; without
-// PUBLISH, the release deletes the key but waiters are not told: they find
-// it at the next re-check. Both are reported, neither hangs a waiter for the
+// PUBLISH, the release hands the key over but waiters are not told: they
+// find it at the next re-check. Both are reported, neither hangs a waiter for the
 // holder's TTL.
 func TestMissingWaitPermissionsDegradeToRechecks(t *testing.T) {
 	srv := leasetest.StartRedis(t)
@@ -207,10 +207,16 @@ func TestMissingWaitPermissionsDegradeToRechecks(t *testing.T) {
 					t.Fatal("the failed subscription was not reported")
 				}
 			case "no publish":
-				// The release ran (the key is gone) but its notification was
-				// refused: reported as an unconfirmed release, not silence.
-				if hrec.Count(lease.EventReleaseUnconfirmed) != 1 {
-					t.Fatalf("release_unconfirmed %d, want 1 (holder returned %v)", hrec.Count(lease.EventReleaseUnconfirmed), herr)
+				// The release ran (the key went to the waiter) but its
+				// messages were refused: the release is reported as done
+				// (scripts do not roll back: calling it unconfirmed or
+				// refused would be false), and the refused notification as
+				// an interruption of release notifications, not silence.
+				if herr != nil || hrec.Count(lease.EventReleased) != 1 || hrec.Count(lease.EventReleaseUnconfirmed) != 0 {
+					t.Fatalf("holder returned %v, released %d, release_unconfirmed %d; want nil, 1, 0", herr, hrec.Count(lease.EventReleased), hrec.Count(lease.EventReleaseUnconfirmed))
+				}
+				if hrec.Count(lease.EventSubscriptionFailed) != 1 {
+					t.Fatalf("subscription_failed %d on the releasing Client, want 1 (the refused release message)", hrec.Count(lease.EventSubscriptionFailed))
 				}
 			}
 		})

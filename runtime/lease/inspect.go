@@ -499,6 +499,10 @@ func (c *Client) endHold(ctx context.Context, k keys, key, identity string, fail
 	if err != nil {
 		return fail(err)
 	}
+	if res == 11 { // ended, but its message was refused
+		res = 1
+		c.publishRefused(&k)
+	}
 	switch res {
 	case 1:
 		return ForceHoldEnded, nil

@@ -26,7 +26,7 @@ const (
 	EventDone                                    // the protected call finished; Err is what Do returned
 	EventSkipped                                 // busy for the whole wait and Spec.Busy is BusySkip: fn was not called
 	EventRefused                                 // the acquire was definitely not executed (Err wraps ErrRefused and names the cause)
-	EventSubscriptionFailed                      // release notifications are interrupted; waiters re-check until they resume (no call: Ctx is Background, Key empty)
+	EventSubscriptionFailed                      // release notifications are interrupted (the subscription, or a release's message refused, as by an ACL); waiters re-check until they resume (no call: Ctx is Background, Key empty)
 	EventWaiting                                 // the first attempt found the lease busy and the call waits (Spec.Wait > 0); one per call at most
 )
 

@@ -107,7 +107,28 @@ func (c *Client) releaseWith(ctx context.Context, r *relArgs, k *keys, tombKey, 
 	r.argv = [...]any{nil, nil, "6",
 		sarg(&k.lock), sarg(&k.channel), sarg(tombKey), sarg(&k.fence), sarg(&k.queue), sarg(&k.qexp),
 		sarg(id), holdArg, "PUBLISH", c.tombTTLArg, c.counterTTLArg, memberArg, tombArg}
-	return c.evalArgs(ctx, releaseScript, r.argv[:]).Int64()
+	res, err := c.evalArgs(ctx, releaseScript, r.argv[:]).Int64()
+	if res >= 10 {
+		// Released (or hold set), but a message was refused.
+		res -= 10
+		c.publishRefused(k)
+	}
+	return res, err
+}
+
+// publishRefused reports a release whose messages the server refused (the
+// user may not publish to the key's channel or a waiter's: an ACL without
+// them). The release itself happened; waiters were not told, and find the
+// key at their next re-check. Reported as an interruption of release
+// notifications, at most once every ten seconds per Client.
+func (c *Client) publishRefused(k *keys) {
+	now := time.Now().UnixNano()
+	last := c.pubRefusedAt.Load()
+	if now-last < int64(10*time.Second) && last != 0 || !c.pubRefusedAt.CompareAndSwap(last, now) {
+		return
+	}
+	c.obs.Observe(Event{Kind: EventSubscriptionFailed, Ctx: context.Background(),
+		Err: fmt.Errorf("%w: a release's message on %q (or a waiter's inbox) was refused, as by an ACL without the channel: the release happened, but waiters are not told and find the key at their next re-check (every %v)", ErrRefused, k.channel, c.recheck)})
 }
 
 // Tombstone values, boxed once.

@@ -16,18 +16,31 @@
 -- queue member ("" if it never queued), ARGV[7] the tombstone's value: "1"
 -- for the holder's own release, "x" for a release forced from outside
 -- (Client.ForceRelease: the holder then learns it lost the lease)
--- Returns 1 released (or handed over, or a replay of either), 2 hold set,
+-- Returns 1 released (or handed over, or a replay of either), 2 hold set
+-- (each + 10 when a message was refused, see below),
 -- 0 not held (expired or deleted from outside), -1 held by another, -3
 -- released from outside (ForceRelease) before this call.
 -- Messages are published with pcall, after the writes they announce: a
 -- publish that an ACL refuses (a user without the key's channel) must not
 -- turn a release that happened into an error (scripts do not roll back).
+-- A refused publish adds 10 to the result (11: released or handed over,
+-- 12: hold set), so that the caller reports that waiters were not told.
 -- Waiters listen on their Client's own channel (the inbox, last in their
 -- queue entry), not on the key's: what every waiter of the key must hear
 -- goes to each inbox in the queue, once per Client, as the channel's
 -- length, ":", the channel, and the message.
+local refused = false -- a publish was refused: the result says so (+10)
 local function tell(cmd, inbox, channel, msg)
-  return redis.pcall(cmd, inbox, #channel .. ':' .. channel .. msg)
+  local r = redis.pcall(cmd, inbox, #channel .. ':' .. channel .. msg)
+  if type(r) ~= 'number' then refused = true end
+  return r
+end
+local function announce(cmd, channel, msg)
+  if type(redis.pcall(cmd, channel, msg)) ~= 'number' then refused = true end
+end
+local function result(n)
+  if refused then return n + 10 end
+  return n
 end
 local function tellWaiters(queue, channel, msg, cmd)
   local told = {}
@@ -68,9 +81,9 @@ local hold = tonumber(ARGV[2])
 if hold > 0 then
   redis.call('SET', KEYS[1], '~' .. v, 'PX', hold)
   redis.call('SET', KEYS[3], 'h', 'PX', ARGV[4])
-  redis.pcall(ARGV[3], KEYS[2], 'h')
+  announce(ARGV[3], KEYS[2], 'h')
   tellWaiters(KEYS[5], KEYS[2], 'h', ARGV[3])
-  return 2
+  return result(2)
 end
 redis.call('SET', KEYS[3], ARGV[7], 'PX', ARGV[4])
 if redis.call('EXISTS', KEYS[5]) == 1 then
@@ -131,8 +144,8 @@ if redis.call('EXISTS', KEYS[5]) == 1 then
         end
         if full then px = tonumber(ttl) end
         redis.call('SET', KEYS[1], id .. ':' .. tok, 'PX', px)
-        redis.pcall(ARGV[3], KEYS[2], note(px))
-        return 1
+        announce(ARGV[3], KEYS[2], note(px))
+        return result(1)
       end
     end
   end
