@@ -35,15 +35,16 @@ func checkEscape(pass *analysis.Pass, r *reporter, ps []gen.Protected) {
 			continue
 		}
 		var g *cfg.CFG // built on the first goroutine that needs it
+		lctx := leaseContexts(pass.TypesInfo, p.Decl)
 		ast.Inspect(p.Decl.Body, func(n ast.Node) bool {
 			st, ok := n.(*ast.GoStmt)
-			if !ok || !usesParam(pass.TypesInfo, st.Call, p.Decl, 0) {
+			if !ok || !usesAny(pass.TypesInfo, st.Call, lctx) {
 				return true
 			}
 			if g == nil {
 				g = cfg.New(p.Decl.Body, mayReturn(pass.TypesInfo))
 			}
-			if sig := signals(pass.TypesInfo, st); len(sig) > 0 && awaited(pass.TypesInfo, g, p.Decl.Body, st, sig) {
+			if sig := signals(pass.TypesInfo, st); len(sig) > 0 && awaited(pass.TypesInfo, g, p.Decl.Body, st, sig, spawnLoop(p.Decl.Body, st)) {
 				return true
 			}
 			r.report(analysis.Diagnostic{Pos: st.Go, Category: "escape",
@@ -51,6 +52,58 @@ func checkEscape(pass *analysis.Pass, r *reporter, ps []gen.Protected) {
 			return true
 		})
 	}
+}
+
+// leaseContexts returns the protected function's context parameter and
+// the variables holding contexts derived from it (cctx, cancel :=
+// context.WithTimeout(ctx, d); vctx := context.WithValue(cctx, k, v)):
+// a goroutine given any of them runs under the lease.
+func leaseContexts(info *types.Info, fd *ast.FuncDecl) map[types.Object]bool {
+	out := map[types.Object]bool{}
+	if obj := paramObj(info, fd, 0); obj != nil {
+		out[obj] = true
+	}
+	if fd.Body == nil {
+		return out
+	}
+	for grew := true; grew; {
+		grew = false
+		ast.Inspect(fd.Body, func(n ast.Node) bool {
+			as, ok := n.(*ast.AssignStmt)
+			if !ok || len(as.Rhs) != 1 || !usesAny(info, as.Rhs[0], out) {
+				return true
+			}
+			if _, ok := ast.Unparen(as.Rhs[0]).(*ast.FuncLit); ok {
+				return true
+			}
+			for _, l := range as.Lhs {
+				id, ok := l.(*ast.Ident)
+				if !ok {
+					continue
+				}
+				obj := info.ObjectOf(id)
+				if obj != nil && !out[obj] && isContext(obj.Type()) {
+					out[obj] = true
+					grew = true
+				}
+			}
+			return true
+		})
+	}
+	return out
+}
+
+// usesAny reports whether n refers to one of objs (func literals
+// included: a goroutine's body).
+func usesAny(info *types.Info, n ast.Node, objs map[types.Object]bool) bool {
+	found := false
+	ast.Inspect(n, func(n ast.Node) bool {
+		if id, ok := n.(*ast.Ident); ok && objs[info.Uses[id]] {
+			found = true
+		}
+		return !found
+	})
+	return found
 }
 
 // signals returns what the goroutine of st signals when it is done or
@@ -96,9 +149,48 @@ func signals(info *types.Info, st *ast.GoStmt) map[types.Object]bool {
 	return out
 }
 
+// spawnLoop returns the innermost loop around st in body ("" if none) as
+// the text of its header: a range over the same expression, or a for with
+// the same init and condition, runs as many times (see awaited).
+func spawnLoop(body *ast.BlockStmt, st *ast.GoStmt) string {
+	key := ""
+	ast.Inspect(body, func(n ast.Node) bool {
+		if n == nil || n.Pos() > st.Pos() || n.End() < st.End() {
+			return false
+		}
+		if _, ok := n.(*ast.FuncLit); ok {
+			return false // a loop outside the literal is not st's
+		}
+		if k := loopKey(n); k != "" {
+			key = k
+		}
+		return true
+	})
+	return key
+}
+
+func loopKey(n ast.Node) string {
+	switch l := n.(type) {
+	case *ast.RangeStmt:
+		return "range " + types.ExprString(l.X)
+	case *ast.ForStmt:
+		if l.Cond == nil {
+			return ""
+		}
+		init := ""
+		if as, ok := l.Init.(*ast.AssignStmt); ok && len(as.Rhs) == 1 {
+			init = types.ExprString(as.Rhs[0])
+		}
+		return "for " + init + "; " + types.ExprString(l.Cond)
+	}
+	return ""
+}
+
 // awaited reports whether every path from st to a return of the function
-// waits on one of sig.
-func awaited(info *types.Info, g *cfg.CFG, body *ast.BlockStmt, st *ast.GoStmt, sig map[types.Object]bool) bool {
+// waits on one of sig. When st is in a loop (loop: its header), a later
+// loop with the same header whose body waits counts as waiting: it runs
+// as many times, one wait per goroutine (fan-in).
+func awaited(info *types.Info, g *cfg.CFG, body *ast.BlockStmt, st *ast.GoStmt, sig map[types.Object]bool, loop string) bool {
 	// A deferred wait anywhere in the body runs at every return.
 	deferred := false
 	for _, s := range body.List {
@@ -122,11 +214,18 @@ func awaited(info *types.Info, g *cfg.CFG, body *ast.BlockStmt, st *ast.GoStmt, 
 		}
 		return true
 	})
+	// A go statement inside a func literal (start := func() { go ... })
+	// is not a node of the function's graph: the paths start after the
+	// node that holds the literal, where it can first be called. One held
+	// by a defer runs at the return itself.
 	var start *cfg.Block
 	at := 0
 	for _, b := range g.Blocks {
 		for i, n := range b.Nodes {
-			if n == st {
+			if n == st || n.Pos() <= st.Pos() && st.End() <= n.End() && start == nil {
+				if _, ok := n.(*ast.DeferStmt); ok {
+					return false
+				}
 				start, at = b, i+1
 			}
 		}
@@ -139,12 +238,28 @@ func awaited(info *types.Info, g *cfg.CFG, body *ast.BlockStmt, st *ast.GoStmt, 
 	// without waiting.
 	var escapes func(b *cfg.Block, from int) bool
 	escapes = func(b *cfg.Block, from int) bool {
+		if loop != "" && from == 0 && (b.Kind == cfg.KindRangeLoop || b.Kind == cfg.KindForLoop) &&
+			b.Stmt.Pos() > st.End() && loopKey(b.Stmt) == loop && loopWaits(info, b.Stmt, sig) {
+			return false
+		}
+		if b.Kind == cfg.KindSelectCaseBody && from == 0 {
+			// The case ran because its comm did: a receive from a
+			// signalled channel has waited.
+			if cc, ok := b.Stmt.(*ast.CommClause); ok && cc.Comm != nil && waits(info, cc.Comm, sig, nil, false) {
+				return false
+			}
+		}
 		for _, n := range b.Nodes[from:] {
 			if waits(info, n, sig, selects, false) {
 				return false
 			}
 		}
 		if len(b.Succs) == 0 {
+			if b.Kind == cfg.KindSelectAfterCase {
+				// After the last case of a select without default: no
+				// case ran, which a select never does.
+				return false
+			}
 			return b.Return() != nil || !endsInNoReturn(info, b)
 		}
 		for _, s := range b.Succs {
@@ -158,6 +273,37 @@ func awaited(info *types.Info, g *cfg.CFG, body *ast.BlockStmt, st *ast.GoStmt, 
 		return false
 	}
 	return !escapes(start, at)
+}
+
+// loopWaits reports whether the body of loop n waits on one of sig in a
+// statement at its top level that every iteration runs (a receive, a Wait,
+// an if's init or condition).
+func loopWaits(info *types.Info, n ast.Node, sig map[types.Object]bool) bool {
+	var body *ast.BlockStmt
+	switch l := n.(type) {
+	case *ast.RangeStmt:
+		body = l.Body
+	case *ast.ForStmt:
+		body = l.Body
+	}
+	if body == nil {
+		return false
+	}
+	for _, s := range body.List {
+		switch s := s.(type) {
+		case *ast.IfStmt:
+			// if err := <-errc; ... : the init runs on every iteration.
+			if s.Init != nil && waits(info, s.Init, sig, nil, false) || waits(info, s.Cond, sig, nil, false) {
+				return true
+			}
+		case *ast.ExprStmt, *ast.AssignStmt, *ast.DeclStmt:
+			// Not a compound statement, whose receive might be skipped.
+			if waits(info, s, sig, nil, false) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // waits reports whether n waits on one of sig: receives from such a

@@ -158,15 +158,19 @@ func enclosingFunc(stack []ast.Node) *ast.FuncDecl {
 
 func calleeFunc(info *types.Info, call *ast.CallExpr) (*types.Func, *ast.Ident) {
 	var id *ast.Ident
-	switch fn := ast.Unparen(call.Fun).(type) {
+	fun := ast.Unparen(call.Fun)
+	// A generic instantiation, f[T] or f[T1, T2], maybe of pkg.F.
+	switch fn := fun.(type) {
+	case *ast.IndexExpr:
+		fun = ast.Unparen(fn.X)
+	case *ast.IndexListExpr:
+		fun = ast.Unparen(fn.X)
+	}
+	switch fn := fun.(type) {
 	case *ast.Ident:
 		id = fn
 	case *ast.SelectorExpr:
 		id = fn.Sel
-	case *ast.IndexExpr: // generic instantiation f[T]
-		if x, ok := fn.X.(*ast.Ident); ok {
-			id = x
-		}
 	}
 	if id == nil {
 		return nil, nil
@@ -221,6 +225,80 @@ func checkBypass(pass *analysis.Pass, r *reporter, ins *inspector.Inspector, pro
 		if same {
 			d.SuggestedFixes = []analysis.SuggestedFix{{
 				Message:   "call " + wrapper,
+				TextEdits: []analysis.TextEdit{{Pos: id.Pos(), End: id.End(), NewText: []byte(wrapper)}},
+			}}
+		}
+		r.report(d)
+		return true
+	})
+	checkValues(pass, r, ins, protected, generated)
+}
+
+// checkValues reports protected functions used as values (s.charge passed
+// to a retry helper, stored in a field): whoever calls the value later
+// calls the function without its lease.
+func checkValues(pass *analysis.Pass, r *reporter, ins *inspector.Inspector, protected map[*types.Func]gen.Protected, generated map[*ast.File]bool) {
+	ins.WithStack([]ast.Node{(*ast.Ident)(nil)}, func(n ast.Node, push bool, stack []ast.Node) bool {
+		if !push || generated[stack[0].(*ast.File)] {
+			return true
+		}
+		id := n.(*ast.Ident)
+		f, ok := pass.TypesInfo.Uses[id].(*types.Func)
+		if !ok {
+			return true
+		}
+		f = f.Origin()
+		// The expression that names f: x.f, pkg.f, (*T).f or f, maybe
+		// instantiated (f[T]) or in parentheses.
+		i := len(stack) - 1
+		if i > 0 {
+			if sel, ok := stack[i-1].(*ast.SelectorExpr); ok && sel.Sel == id {
+				i--
+			}
+		}
+		for i > 0 {
+			switch p := stack[i-1].(type) {
+			case *ast.ParenExpr:
+				i--
+				continue
+			case *ast.IndexExpr:
+				if p.X == stack[i] {
+					i--
+					continue
+				}
+			case *ast.IndexListExpr:
+				if p.X == stack[i] {
+					i--
+					continue
+				}
+			}
+			break
+		}
+		if i > 0 {
+			if call, ok := stack[i-1].(*ast.CallExpr); ok && call.Fun == stack[i] {
+				return true // a call: checkBypass's
+			}
+		}
+		wrapper, same := "", false
+		if p, ok := protected[f]; ok {
+			if fd := enclosingFunc(stack); fd != nil && pass.TypesInfo.Defs[fd.Name] == f {
+				return true
+			}
+			wrapper, same = p.Wrapper, p.SameParams
+		} else {
+			var fact protectedFact
+			if !pass.ImportObjectFact(f, &fact) {
+				return true
+			}
+			wrapper = fact.Wrapper
+		}
+		d := analysis.Diagnostic{
+			Pos: id.Pos(), End: id.End(), Category: "bypass",
+			Message: fmt.Sprintf("lease: %s used as a value bypasses its lease (whoever calls it later runs it unprotected): use %s instead", f.Name(), wrapper),
+		}
+		if same {
+			d.SuggestedFixes = []analysis.SuggestedFix{{
+				Message:   "use " + wrapper,
 				TextEdits: []analysis.TextEdit{{Pos: id.Pos(), End: id.End(), NewText: []byte(wrapper)}},
 			}}
 		}
@@ -328,7 +406,7 @@ func passesContext(info *types.Info, call *ast.CallExpr) bool {
 }
 
 func isContext(t types.Type) bool {
-	n, ok := t.(*types.Named)
+	n, ok := types.Unalias(t).(*types.Named)
 	return ok && n.Obj().Pkg() != nil && n.Obj().Pkg().Path() == "context" && n.Obj().Name() == "Context"
 }
 
@@ -432,21 +510,29 @@ func checkOrder(pass *analysis.Pass, r *reporter, ps []gen.Protected) {
 		if !ok {
 			continue
 		}
+		// Both ends are in this package's directory: the file's name
+		// places the other end (a full path would be absolute).
+		at := pass.Fset.Position(back.pos)
 		r.report(analysis.Diagnostic{Pos: e.pos, Category: "order",
-			Message: fmt.Sprintf("lease: lock-order inversion: %s takes %s's lease while holding its own, and %s does the opposite (at %s): take them in one order", e.from.Name(), e.to.Name(), e.to.Name(), pass.Fset.Position(back.pos))})
+			Message: fmt.Sprintf("lease: lock-order inversion: %s takes %s's lease while holding its own, and %s does the opposite (at %s:%d:%d): take them in one order", e.from.Name(), e.to.Name(), e.to.Name(), filepath.Base(at.Filename), at.Line, at.Column)})
 	}
 }
 
-// wrapperKey names a wrapper by receiver type and name, so that methods
-// of different types do not collide.
+// wrapperKey names a wrapper by receiver type (aliases unaliased: the
+// wrapper is written on the type the alias names) or package, and name,
+// so that methods of different types and functions of different packages
+// do not collide.
 func wrapperKey(f *types.Func, name string) string {
 	sig := f.Type().(*types.Signature)
 	if r := sig.Recv(); r != nil {
-		t := r.Type()
+		t := types.Unalias(r.Type())
 		if p, ok := t.(*types.Pointer); ok {
-			t = p.Elem()
+			t = types.Unalias(p.Elem())
 		}
 		return types.TypeString(t, nil) + "." + name
+	}
+	if f.Pkg() != nil {
+		return f.Pkg().Path() + "." + name
 	}
 	return name
 }
