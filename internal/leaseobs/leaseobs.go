@@ -234,6 +234,11 @@ func (c *Call) Observe(e lease.Event, now time.Time) Change {
 	case lease.EventRefused:
 		c.endAcquire(&ch, Refused, now.Sub(c.start))
 	case lease.EventLowValidity:
+		if c.acquired {
+			// Granted, then too little validity left when fn was to be
+			// entered (a pause in between): fn did not run.
+			c.acquired, c.acquire = false, LowValidity
+		}
 		c.endAcquire(&ch, LowValidity, now.Sub(c.start))
 	case lease.EventSkipped:
 		c.skipped = true
@@ -285,13 +290,15 @@ func (c *Call) endAcquire(ch *Change, o Outcome, took time.Duration) {
 }
 
 // outcome is the call's outcome once Do returned err. A loss is read from
-// err as well as from EventLost, which may arrive after EventDone. A
-// granted call is otherwise Granted whatever fn returned (even an error
-// wrapping ErrBusy from a nested call on another key): the outcome
-// describes the lease.
+// err, not from EventLost: EventDone's Err says whether the loss touched
+// the call (one lost after fn returned in time, while its lease was being
+// kept, or before fn was entered, did not), and EventLost may come after
+// EventDone. A granted call is otherwise Granted whatever fn returned
+// (even an error wrapping ErrBusy from a nested call on another key): the
+// outcome describes the lease.
 func (c *Call) outcome(err error, reentered bool) Outcome {
 	switch {
-	case c.lost || errors.Is(err, lease.ErrLost):
+	case errors.Is(err, lease.ErrLost):
 		return Lost
 	case c.deadline:
 		return Deadline

@@ -50,7 +50,7 @@ func (h *textHist) observe(v float64) {
 	h.n++
 }
 
-type textKey struct{}
+type textKey struct{ t *Text } // per Text: two combined keep their own
 
 // StartCall keeps the call's state in its context.
 func (t *Text) StartCall(ctx context.Context, key string, spec lease.Spec) context.Context {
@@ -58,13 +58,13 @@ func (t *Text) StartCall(ctx context.Context, key string, spec lease.Spec) conte
 	t.mu.Lock()
 	t.series(name) // as leaseprom: a name's series exist from its first call
 	t.mu.Unlock()
-	return context.WithValue(ctx, textKey{}, NewCall(name, key))
+	return context.WithValue(ctx, textKey{t}, NewCall(name, key))
 }
 
 // Observe records e.
 func (t *Text) Observe(e lease.Event) {
 	var ch Change
-	if c, ok := e.Ctx.Value(textKey{}).(*Call); ok && c.Key == e.Key && c.Name == e.Name {
+	if c, ok := e.Ctx.Value(textKey{t}).(*Call); ok && c.Key == e.Key && c.Name == e.Name {
 		ch = c.Observe(e, time.Now())
 	}
 	t.mu.Lock()

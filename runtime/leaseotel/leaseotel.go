@@ -262,7 +262,9 @@ type call struct {
 	span trace.Span
 }
 
-type callKey struct{}
+// callKey keys a call's state by the Observer that follows it: two
+// Observers combined with lease.Observers each keep their own.
+type callKey struct{ o *Observer }
 
 // StartCall starts the call's span; the returned context carries it (the
 // protected function's spans become its children) and the call's state.
@@ -277,7 +279,7 @@ func (o *Observer) StartCall(ctx context.Context, key string, spec lease.Spec) c
 	if span.IsRecording() {
 		span.SetAttributes(attribute.Float64(leaseobs.AttrTTL, spec.TTL.Seconds()))
 	}
-	return context.WithValue(ctx, callKey{}, &call{Call: leaseobs.NewCall(name, key), o: o, n: n, span: span})
+	return context.WithValue(ctx, callKey{o}, &call{Call: leaseobs.NewCall(name, key), o: o, n: n, span: span})
 }
 
 // Observe records e in the call's span and the metrics.
@@ -288,7 +290,7 @@ func (o *Observer) Observe(e lease.Event) {
 		return
 	}
 	now := time.Now()
-	c, _ := ctx.Value(callKey{}).(*call)
+	c, _ := ctx.Value(callKey{o}).(*call)
 	if c != nil && (c.o != o || c.Key != e.Key || c.Name != e.Name) {
 		c = nil // another observer's call, or an enclosing one: metrics only
 	}

@@ -82,8 +82,13 @@ func New(reg prometheus.Registerer) (*Observer, error) {
 		subErr: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: leaseobs.SubscriptionFailures.Prom, Help: leaseobs.SubscriptionFailures.Help}),
 	}
-	for _, c := range []prometheus.Collector{o.acquire, o.hold, o.calls, o.renewals, o.releases, o.stale, o.active, o.waiting, o.subErr} {
+	cs := []prometheus.Collector{o.acquire, o.hold, o.calls, o.renewals, o.releases, o.stale, o.active, o.waiting, o.subErr}
+	for i, c := range cs {
 		if err := reg.Register(c); err != nil {
+			// All or nothing: a New that fails leaves reg as it was.
+			for _, done := range cs[:i] {
+				reg.Unregister(done)
+			}
 			return nil, err
 		}
 	}
@@ -120,7 +125,9 @@ func (o *Observer) named(name string) *named {
 	return v.(*named)
 }
 
-type callKey struct{}
+// callKey keys a call's state by the Observer that follows it: two
+// Observers combined with lease.Observers each keep their own.
+type callKey struct{ o *Observer }
 
 type call struct {
 	*leaseobs.Call
@@ -131,7 +138,7 @@ type call struct {
 func (o *Observer) StartCall(ctx context.Context, key string, spec lease.Spec) context.Context {
 	name := spec.Name
 	o.named(name)
-	return context.WithValue(ctx, callKey{}, &call{leaseobs.NewCall(name, key), o})
+	return context.WithValue(ctx, callKey{o}, &call{leaseobs.NewCall(name, key), o})
 }
 
 // Observe updates the metrics with e.
@@ -147,7 +154,7 @@ func (o *Observer) Observe(e lease.Event) {
 	if e.Kind == lease.EventStaleWriteRejected {
 		n.stale.Inc()
 	}
-	c, _ := e.Ctx.Value(callKey{}).(*call)
+	c, _ := e.Ctx.Value(callKey{o}).(*call)
 	if c == nil || c.o != o || c.Key != e.Key || c.Name != e.Name {
 		return // not a call this Observer started: counters only
 	}

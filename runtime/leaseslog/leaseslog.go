@@ -57,7 +57,9 @@ func Level(k lease.EventKind) slog.Level {
 	return slog.LevelDebug
 }
 
-type callKey struct{}
+// callKey keys a call's state by the Observer that follows it: two
+// Observers combined with lease.Observers each keep their own.
+type callKey struct{ o *Observer }
 
 // StartCall follows the call, to log its outcome at EventDone, when Debug
 // records are enabled.
@@ -66,7 +68,7 @@ func (o *Observer) StartCall(ctx context.Context, key string, spec lease.Spec) c
 	if !o.l.Enabled(ctx, slog.LevelDebug) {
 		return ctx
 	}
-	return context.WithValue(ctx, callKey{}, leaseobs.NewCall(name, key))
+	return context.WithValue(ctx, callKey{o}, leaseobs.NewCall(name, key))
 }
 
 // Observe logs e.
@@ -76,7 +78,7 @@ func (o *Observer) Observe(e lease.Event) {
 		ctx = context.Background()
 	}
 	var ch leaseobs.Change
-	if c, ok := ctx.Value(callKey{}).(*leaseobs.Call); ok && c.Key == e.Key && c.Name == e.Name {
+	if c, ok := ctx.Value(callKey{o}).(*leaseobs.Call); ok && c.Key == e.Key && c.Name == e.Name {
 		ch = c.Observe(e, time.Now())
 	}
 	level := Level(e.Kind)
