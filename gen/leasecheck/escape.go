@@ -66,25 +66,49 @@ func leaseContexts(info *types.Info, fd *ast.FuncDecl) map[types.Object]bool {
 	if fd.Body == nil {
 		return out
 	}
+	// derived: e is ctx (or a derived one), or a call given it as its
+	// first argument, the parent by convention (context.WithTimeout(ctx,
+	// d), errgroup.WithContext(ctx)); a context merely built from one of
+	// ctx's values is not derived from it.
+	derived := func(e ast.Expr) bool {
+		switch e := ast.Unparen(e).(type) {
+		case *ast.Ident:
+			return out[info.Uses[e]]
+		case *ast.CallExpr:
+			if len(e.Args) > 0 {
+				if id, ok := ast.Unparen(e.Args[0]).(*ast.Ident); ok {
+					return out[info.Uses[id]]
+				}
+			}
+		}
+		return false
+	}
 	for grew := true; grew; {
 		grew = false
-		ast.Inspect(fd.Body, func(n ast.Node) bool {
-			as, ok := n.(*ast.AssignStmt)
-			if !ok || len(as.Rhs) != 1 || !usesAny(info, as.Rhs[0], out) {
-				return true
-			}
-			if _, ok := ast.Unparen(as.Rhs[0]).(*ast.FuncLit); ok {
-				return true
-			}
-			for _, l := range as.Lhs {
-				id, ok := l.(*ast.Ident)
-				if !ok {
-					continue
-				}
+		add := func(lhs []*ast.Ident) {
+			for _, id := range lhs {
 				obj := info.ObjectOf(id)
 				if obj != nil && !out[obj] && isContext(obj.Type()) {
 					out[obj] = true
 					grew = true
+				}
+			}
+		}
+		ast.Inspect(fd.Body, func(n ast.Node) bool {
+			switch n := n.(type) {
+			case *ast.AssignStmt: // cctx, cancel := context.WithTimeout(ctx, d)
+				if len(n.Rhs) == 1 && derived(n.Rhs[0]) {
+					var ids []*ast.Ident
+					for _, l := range n.Lhs {
+						if id, ok := l.(*ast.Ident); ok {
+							ids = append(ids, id)
+						}
+					}
+					add(ids)
+				}
+			case *ast.ValueSpec: // var cctx, cancel = context.WithTimeout(ctx, d)
+				if len(n.Values) == 1 && derived(n.Values[0]) {
+					add(n.Names)
 				}
 			}
 			return true
@@ -153,7 +177,8 @@ func signals(info *types.Info, st *ast.GoStmt) map[types.Object]bool {
 // the text of its header: a range over the same expression, or a for with
 // the same init and condition, runs as many times (see awaited).
 func spawnLoop(body *ast.BlockStmt, st *ast.GoStmt) string {
-	key := ""
+	key, loops := "", 0
+	var loop ast.Node
 	ast.Inspect(body, func(n ast.Node) bool {
 		if n == nil || n.Pos() > st.Pos() || n.End() < st.End() {
 			return false
@@ -161,11 +186,26 @@ func spawnLoop(body *ast.BlockStmt, st *ast.GoStmt) string {
 		if _, ok := n.(*ast.FuncLit); ok {
 			return false // a loop outside the literal is not st's
 		}
-		if k := loopKey(n); k != "" {
-			key = k
+		switch n.(type) {
+		case *ast.RangeStmt, *ast.ForStmt:
+			loops++
+			key, loop = loopKey(n), n
 		}
 		return true
 	})
+	if loops != 1 || loop == nil {
+		return "" // nested loops start more goroutines than one header runs
+	}
+	gos := 0
+	ast.Inspect(loop, func(n ast.Node) bool {
+		if _, ok := n.(*ast.GoStmt); ok {
+			gos++
+		}
+		return true
+	})
+	if gos != 1 {
+		return "" // several goroutines per iteration, one wait each is not enough
+	}
 	return key
 }
 
@@ -233,6 +273,17 @@ func awaited(info *types.Info, g *cfg.CFG, body *ast.BlockStmt, st *ast.GoStmt, 
 	if start == nil {
 		return false // unreachable go statement
 	}
+	// A goroutine started in a loop is one of many: a single receive after
+	// the loop waits for one of them (hedged requests return the first
+	// answer and leave the rest running). Outside the loop only a Wait, a
+	// range over the channel or a matching loop (above) waits for all.
+	spawn := enclosingLoop(body, st)
+	counts := func(n ast.Node) bool {
+		if spawn == nil || spawn.Pos() <= n.Pos() && n.End() <= spawn.End() {
+			return true
+		}
+		return waitsAll(info, n, sig)
+	}
 	seen := map[*cfg.Block]bool{}
 	// escapes reports whether a path from b.Nodes[from:] reaches an exit
 	// without waiting.
@@ -245,19 +296,20 @@ func awaited(info *types.Info, g *cfg.CFG, body *ast.BlockStmt, st *ast.GoStmt, 
 		if b.Kind == cfg.KindSelectCaseBody && from == 0 {
 			// The case ran because its comm did: a receive from a
 			// signalled channel has waited.
-			if cc, ok := b.Stmt.(*ast.CommClause); ok && cc.Comm != nil && waits(info, cc.Comm, sig, nil, false) {
+			if cc, ok := b.Stmt.(*ast.CommClause); ok && cc.Comm != nil && waits(info, cc.Comm, sig, nil, false) && counts(cc.Comm) {
 				return false
 			}
 		}
 		for _, n := range b.Nodes[from:] {
-			if waits(info, n, sig, selects, false) {
+			if waits(info, n, sig, selects, false) && counts(n) {
 				return false
 			}
 		}
 		if len(b.Succs) == 0 {
-			if b.Kind == cfg.KindSelectAfterCase {
+			if b.Kind == cfg.KindSelectAfterCase && len(b.Nodes) == 0 {
 				// After the last case of a select without default: no
-				// case ran, which a select never does.
+				// case ran, which a select never does. (A default's body
+				// is this block's nodes.)
 				return false
 			}
 			return b.Return() != nil || !endsInNoReturn(info, b)
@@ -275,6 +327,51 @@ func awaited(info *types.Info, g *cfg.CFG, body *ast.BlockStmt, st *ast.GoStmt, 
 	return !escapes(start, at)
 }
 
+// enclosingLoop returns the innermost loop around st in body (not crossing
+// a func literal), or nil.
+func enclosingLoop(body *ast.BlockStmt, st *ast.GoStmt) ast.Node {
+	var loop ast.Node
+	ast.Inspect(body, func(n ast.Node) bool {
+		if n == nil || n.Pos() > st.Pos() || n.End() < st.End() {
+			return false
+		}
+		switch n.(type) {
+		case *ast.FuncLit:
+			return false
+		case *ast.RangeStmt, *ast.ForStmt:
+			loop = n
+		}
+		return true
+	})
+	return loop
+}
+
+// waitsAll reports whether n waits for every goroutine that signals sig:
+// a Wait on such a WaitGroup, or a range over such a channel (until it is
+// closed), not a single receive.
+func waitsAll(info *types.Info, n ast.Node, sig map[types.Object]bool) bool {
+	if e, ok := n.(ast.Expr); ok {
+		if obj := refObj(info, e); obj != nil && sig[obj] && isChan(obj.Type()) {
+			return true // a range statement's X
+		}
+	}
+	found := false
+	ast.Inspect(n, func(n ast.Node) bool {
+		switch n := n.(type) {
+		case *ast.FuncLit:
+			return false
+		case *ast.CallExpr:
+			if sel, ok := ast.Unparen(n.Fun).(*ast.SelectorExpr); ok && sel.Sel.Name == "Wait" {
+				if obj := refObj(info, sel.X); obj != nil && sig[obj] {
+					found = true
+				}
+			}
+		}
+		return !found
+	})
+	return found
+}
+
 // loopWaits reports whether the body of loop n waits on one of sig in a
 // statement at its top level that every iteration runs (a receive, a Wait,
 // an if's init or condition).
@@ -287,6 +384,25 @@ func loopWaits(info *types.Info, n ast.Node, sig map[types.Object]bool) bool {
 		body = l.Body
 	}
 	if body == nil {
+		return false
+	}
+	// A return, break or goto in the loop may leave it before every
+	// goroutine was waited for (return on the first error).
+	exits := false
+	ast.Inspect(body, func(n ast.Node) bool {
+		switch n := n.(type) {
+		case *ast.FuncLit:
+			return false
+		case *ast.ReturnStmt:
+			exits = true
+		case *ast.BranchStmt:
+			if n.Tok == token.BREAK || n.Tok == token.GOTO {
+				exits = true
+			}
+		}
+		return !exits
+	})
+	if exits {
 		return false
 	}
 	for _, s := range body.List {

@@ -275,8 +275,15 @@ func checkValues(pass *analysis.Pass, r *reporter, ins *inspector.Inspector, pro
 			break
 		}
 		if i > 0 {
-			if call, ok := stack[i-1].(*ast.CallExpr); ok && call.Fun == stack[i] {
-				return true // a call: checkBypass's
+			switch p := stack[i-1].(type) {
+			case *ast.CallExpr:
+				if p.Fun == stack[i] {
+					return true // a call: checkBypass's
+				}
+			case *ast.BinaryExpr:
+				if p.Op == token.EQL || p.Op == token.NEQ {
+					return true // compared (with nil), not called
+				}
 			}
 		}
 		wrapper, same := "", false
