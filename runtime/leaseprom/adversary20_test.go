@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -116,35 +117,48 @@ func TestAdversary20LowValidityAfterAcquiredCountsGranted(t *testing.T) {
 }
 
 // Same, on a kept lease (Spec.Keep): the second call takes the kept lease
-// (EventAcquired Kept), the slow observer stalls it, the entry check fails.
-// Same defect as above via the kept path (do.go:88 then run's entry check).
+// (EventAcquired Kept), the slow observer stalls it while the proxy drops
+// every reply (no renewal can restore the validity), the entry check
+// fails. The reuse needs no round trip once the key's channel is trusted;
+// an attempt whose reuse asked Redis instead (the channel not yet
+// trusted) is tried again on a new key, and the test fails if none of a
+// few reaches the scenario.
 func TestAdversary20LowValidityKeptCountsGranted(t *testing.T) {
-	var stall sync.Mutex
-	stallOn := false
+	p := leasetest.StartProxy(t, srv.Addr())
+	var stall atomic.Bool
 	slow := lease.ObserverFunc(func(e lease.Event) {
-		stall.Lock()
-		on := stallOn
-		stall.Unlock()
-		if on && e.Kind == lease.EventAcquired && e.Kept {
+		if e.Kind == lease.EventAcquired && e.Kept && stall.Load() {
 			time.Sleep(400 * time.Millisecond)
 		}
 	})
-	reg, c := adv20New(t, nil, slow)
-	key := fmt.Sprintf("adv20-keptlow-%d", time.Now().UnixNano())
-	s := lease.Spec{Name: "keptlow", TTL: 600 * time.Millisecond, Deadline: 5 * time.Second, MinValidity: 500 * time.Millisecond, Keep: 5 * time.Second}
-	if err := c.Do(context.Background(), key, s, func(context.Context) error { return nil }); err != nil {
-		t.Fatal(err)
-	}
-	stall.Lock()
-	stallOn = true
-	stall.Unlock()
-	err := c.Do(context.Background(), key, s, func(context.Context) error { return nil })
-	if !errors.Is(err, lease.ErrLowValidity) {
-		t.Skipf("setup: the kept lease was entered (err %v): the renewal kept validity above MinValidity", err)
+	reg, c := adv20New(t, srv.Client(t, func(o *redis.Options) { o.Addr = p.Addr() }), slow)
+	s := lease.Spec{Name: "keptlow", TTL: 600 * time.Millisecond, Deadline: 5 * time.Second, MinValidity: 300 * time.Millisecond, Keep: 5 * time.Second}
+	for attempt := 1; ; attempt++ {
+		key := fmt.Sprintf("adv20-keptlow-%d", time.Now().UnixNano())
+		if err := c.Do(context.Background(), key, s, func(context.Context) error { return nil }); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(100 * time.Millisecond) // the keep settles: channel confirmed and checked
+		p.Set(leasetest.Blackhole)
+		stall.Store(true)
+		err := c.Do(context.Background(), key, s, func(context.Context) error { return nil })
+		stall.Store(false)
+		p.Set(leasetest.Pass)
+		if errors.Is(err, lease.ErrLowValidity) {
+			break
+		}
+		if attempt == 5 {
+			t.Fatalf("setup: in %d attempts the kept lease's reuse was never refused for low validity (last: %v)", attempt, err)
+		}
+		t.Logf("attempt %d: not the scenario (%v); again", attempt, err)
+		time.Sleep(700 * time.Millisecond) // what is left of this key ends
 	}
 	fams := adv20Gather(t, reg)
 	wantCounter(t, fams, "lease_calls_total", 1, "lease_name=keptlow", "lease_outcome=low_validity")
-	wantCounter(t, fams, "lease_calls_total", 1, "lease_name=keptlow", "lease_outcome=granted")
+	// Every earlier call that did enter: the first call of each attempt.
+	if m := seriesOrNil(fams, "lease_calls_total", "lease_name=keptlow", "lease_outcome=granted"); m == nil || m.GetCounter().GetValue() < 1 {
+		t.Errorf("lease_calls_total{keptlow, granted} = %v, want at least 1", m)
+	}
 }
 
 // Many distinct keys under one name: no label value is a key, and the
@@ -429,24 +443,44 @@ func TestAdversary20LostWhileKeepingCountedLost(t *testing.T) {
 		t.Fatal(err)
 	}
 	s := lease.Spec{Name: "keeplost", TTL: 400 * time.Millisecond, Deadline: 5 * time.Second, Keep: 2 * time.Second}
-	err := c.Do(context.Background(), "adv20-keeplost-"+uniq, s, func(ctx context.Context) error {
-		l, _ := lease.FromContext(ctx)
-		p.Set(leasetest.Blackhole) // no renewal confirmed; keep's check stalls too
-		for l.Remaining() > 40*time.Millisecond {
-			time.Sleep(2 * time.Millisecond)
+	// The scenario needs the loss to land after fn returned and before the
+	// keep was decided; an attempt where it did not (Do's error says the
+	// loss touched the call, or no loss came) is tried again on a new key,
+	// and the test fails if none of a few reaches it.
+	lostCalls := 0 // attempts whose Do said the loss touched the call
+	for attempt := 1; ; attempt++ {
+		mu.Lock()
+		lostSeen, doneErr = false, nil
+		mu.Unlock()
+		err := c.Do(context.Background(), fmt.Sprintf("adv20-keeplost-%s-%d", uniq, attempt), s, func(ctx context.Context) error {
+			l, _ := lease.FromContext(ctx)
+			p.Set(leasetest.Blackhole) // no renewal confirmed; keep's check stalls too
+			for l.Remaining() > 40*time.Millisecond {
+				time.Sleep(2 * time.Millisecond)
+			}
+			return nil // in time
+		})
+		p.Set(leasetest.Pass)
+		mu.Lock()
+		ls, de := lostSeen, doneErr
+		mu.Unlock()
+		if err == nil && ls && de == nil {
+			break
 		}
-		return nil // in time
-	})
-	p.Set(leasetest.Pass)
-	mu.Lock()
-	ls, de := lostSeen, doneErr
-	mu.Unlock()
-	if err != nil || !ls || de != nil {
-		t.Skipf("setup: Do = %v, EventLost seen %v, EventDone.Err %v: not the scenario", err, ls, de)
+		if errors.Is(err, lease.ErrLost) {
+			lostCalls++
+		}
+		if attempt == 5 {
+			t.Fatalf("setup: in %d attempts the lease was never lost while being kept (last: Do = %v, EventLost seen %v, EventDone.Err %v)", attempt, err, ls, de)
+		}
+		t.Logf("attempt %d: not the scenario (Do = %v, EventLost %v); again", attempt, err, ls)
 	}
 	fams := adv20Gather(t, reg)
-	wantCounter(t, fams, "lease_calls_total", 1, "lease_name=keeplost", "lease_outcome=granted")
-	wantCounter(t, fams, "lease_calls_total", 0, "lease_name=keeplost", "lease_outcome=lost")
+	if m := seriesOrNil(fams, "lease_calls_total", "lease_name=keeplost", "lease_outcome=granted"); m == nil || m.GetCounter().GetValue() < 1 {
+		t.Errorf("lease_calls_total{keeplost, granted} = %v, want at least 1 (the call lost while being kept)", m)
+	}
+	// Lost only for the attempts whose Do returned ErrLost.
+	wantCounter(t, fams, "lease_calls_total", float64(lostCalls), "lease_name=keeplost", "lease_outcome=lost")
 }
 
 // A call stalled (slow Observer) past its TTL between EventAcquired and
