@@ -173,27 +173,13 @@ func signals(info *types.Info, st *ast.GoStmt) map[types.Object]bool {
 	return out
 }
 
-// spawnLoop returns the innermost loop around st in body ("" if none) as
+// spawnLoop returns the one loop around st in body ("" if none, if nested,
+// or if it starts more than one goroutine per iteration) as
 // the text of its header: a range over the same expression, or a for with
 // the same init and condition, runs as many times (see awaited).
 func spawnLoop(body *ast.BlockStmt, st *ast.GoStmt) string {
-	key, loops := "", 0
-	var loop ast.Node
-	ast.Inspect(body, func(n ast.Node) bool {
-		if n == nil || n.Pos() > st.Pos() || n.End() < st.End() {
-			return false
-		}
-		if _, ok := n.(*ast.FuncLit); ok {
-			return false // a loop outside the literal is not st's
-		}
-		switch n.(type) {
-		case *ast.RangeStmt, *ast.ForStmt:
-			loops++
-			key, loop = loopKey(n), n
-		}
-		return true
-	})
-	if loops != 1 || loop == nil {
+	loop, depth := enclosingLoop(body, st)
+	if depth != 1 {
 		return "" // nested loops start more goroutines than one header runs
 	}
 	gos := 0
@@ -206,7 +192,7 @@ func spawnLoop(body *ast.BlockStmt, st *ast.GoStmt) string {
 	if gos != 1 {
 		return "" // several goroutines per iteration, one wait each is not enough
 	}
-	return key
+	return loopKey(loop)
 }
 
 func loopKey(n ast.Node) string {
@@ -277,7 +263,7 @@ func awaited(info *types.Info, g *cfg.CFG, body *ast.BlockStmt, st *ast.GoStmt, 
 	// the loop waits for one of them (hedged requests return the first
 	// answer and leave the rest running). Outside the loop only a Wait, a
 	// range over the channel or a matching loop (above) waits for all.
-	spawn := enclosingLoop(body, st)
+	spawn, _ := enclosingLoop(body, st)
 	counts := func(n ast.Node) bool {
 		if spawn == nil || spawn.Pos() <= n.Pos() && n.End() <= spawn.End() {
 			return true
@@ -328,9 +314,8 @@ func awaited(info *types.Info, g *cfg.CFG, body *ast.BlockStmt, st *ast.GoStmt, 
 }
 
 // enclosingLoop returns the innermost loop around st in body (not crossing
-// a func literal), or nil.
-func enclosingLoop(body *ast.BlockStmt, st *ast.GoStmt) ast.Node {
-	var loop ast.Node
+// a func literal), or nil, and how many loops are around it.
+func enclosingLoop(body *ast.BlockStmt, st *ast.GoStmt) (loop ast.Node, depth int) {
 	ast.Inspect(body, func(n ast.Node) bool {
 		if n == nil || n.Pos() > st.Pos() || n.End() < st.End() {
 			return false
@@ -339,37 +324,18 @@ func enclosingLoop(body *ast.BlockStmt, st *ast.GoStmt) ast.Node {
 		case *ast.FuncLit:
 			return false
 		case *ast.RangeStmt, *ast.ForStmt:
-			loop = n
+			loop, depth = n, depth+1
 		}
 		return true
 	})
-	return loop
+	return loop, depth
 }
 
 // waitsAll reports whether n waits for every goroutine that signals sig:
 // a Wait on such a WaitGroup, or a range over such a channel (until it is
 // closed), not a single receive.
 func waitsAll(info *types.Info, n ast.Node, sig map[types.Object]bool) bool {
-	if e, ok := n.(ast.Expr); ok {
-		if obj := refObj(info, e); obj != nil && sig[obj] && isChan(obj.Type()) {
-			return true // a range statement's X
-		}
-	}
-	found := false
-	ast.Inspect(n, func(n ast.Node) bool {
-		switch n := n.(type) {
-		case *ast.FuncLit:
-			return false
-		case *ast.CallExpr:
-			if sel, ok := ast.Unparen(n.Fun).(*ast.SelectorExpr); ok && sel.Sel.Name == "Wait" {
-				if obj := refObj(info, sel.X); obj != nil && sig[obj] {
-					found = true
-				}
-			}
-		}
-		return !found
-	})
-	return found
+	return waitsOn(info, n, sig, false, false)
 }
 
 // loopWaits reports whether the body of loop n waits on one of sig in a
@@ -437,6 +403,12 @@ func waits(info *types.Info, n ast.Node, sig map[types.Object]bool, selects map[
 		}
 		return true
 	}
+	return waitsOn(info, n, sig, inLits, true)
+}
+
+// waitsOn is waits without selects; receives says whether a single
+// receive counts (waitsAll: no).
+func waitsOn(info *types.Info, n ast.Node, sig map[types.Object]bool, inLits, receives bool) bool {
 	if e, ok := n.(ast.Expr); ok {
 		// A range statement's X is a node of its own: range over a channel
 		// receives until it is closed.
@@ -450,7 +422,7 @@ func waits(info *types.Info, n ast.Node, sig map[types.Object]bool, selects map[
 		case *ast.FuncLit:
 			return inLits
 		case *ast.UnaryExpr:
-			if n.Op == token.ARROW {
+			if receives && n.Op == token.ARROW {
 				if obj := refObj(info, n.X); obj != nil && sig[obj] {
 					found = true
 				}

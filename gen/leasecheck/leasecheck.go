@@ -448,17 +448,7 @@ func checkFence(pass *analysis.Pass, r *reporter, ps []gen.Protected) {
 // usesParam reports whether n mentions the i'th parameter of fd.
 func usesParam(info *types.Info, n ast.Node, fd *ast.FuncDecl, i int) bool {
 	obj := paramObj(info, fd, i)
-	if obj == nil {
-		return false
-	}
-	found := false
-	ast.Inspect(n, func(n ast.Node) bool {
-		if id, ok := n.(*ast.Ident); ok && info.Uses[id] == obj {
-			found = true
-		}
-		return !found
-	})
-	return found
+	return obj != nil && usesAny(info, n, map[types.Object]bool{obj: true})
 }
 
 func paramObj(info *types.Info, fd *ast.FuncDecl, i int) types.Object {

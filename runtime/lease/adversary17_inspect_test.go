@@ -5,12 +5,9 @@ package lease_test
 // window, now documented (Spec.Keep); two tests hold it to its report.
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
-	"os"
-	"os/exec"
 	"strconv"
 	"strings"
 	"sync"
@@ -253,17 +250,14 @@ func TestAdversary17_KeptReuseRightAfterForceRelease(t *testing.T) {
 // a17LossReported waits up to d for an EventLost of key whose cause names
 // the release from outside.
 func a17LossReported(rec *leasetest.Recorder, key string, d time.Duration) bool {
-	for end := time.Now().Add(d); ; {
+	return waitFor(d, func() bool {
 		for _, e := range rec.Events() {
 			if e.Kind == lease.EventLost && e.Key == key && e.Err != nil && strings.Contains(e.Err.Error(), "from outside") {
 				return true
 			}
 		}
-		if time.Now().After(end) {
-			return false
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		return false
+	})
 }
 
 // The same window seen as exclusion. After the forced release of a kept
@@ -382,20 +376,7 @@ func TestAdversary17_ForceReleasePausedHolderProcess(t *testing.T) {
 	c, _ := newClient(t, rdb)
 	store := fence.NewRedis(rdb)
 	for trial := range 2 {
-		cmd := exec.Command(os.Args[0], "-test.run=^$")
-		cmd.Env = append(os.Environ(), "LEASE_HELPER_HOLDER=1", "LEASE_HELPER_ADDR="+srv.Addr())
-		stdin, _ := cmd.StdinPipe()
-		stdout, _ := cmd.StdoutPipe()
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		out := bufio.NewScanner(stdout)
-		line := func() string {
-			if !out.Scan() {
-				t.Fatalf("trial %d: holder exited early: %v", trial, out.Err())
-			}
-			return out.Text()
-		}
+		cmd, stdin, line := startHolderProcess(t, srv.Addr(), trial)
 		held := line()
 		oldTok, _ := strconv.ParseUint(strings.TrimPrefix(held, "HELD "), 10, 64)
 		cmd.Process.Signal(syscall.SIGSTOP)

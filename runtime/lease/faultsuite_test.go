@@ -11,6 +11,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"os"
 	"os/exec"
@@ -82,20 +83,7 @@ func TestFault04PausedHolder(t *testing.T) {
 	violations := 0
 	var accepted []lease.Token
 	for i := range trials {
-		cmd := exec.Command(os.Args[0], "-test.run=^$")
-		cmd.Env = append(os.Environ(), "LEASE_HELPER_HOLDER=1", "LEASE_HELPER_ADDR="+srv.Addr())
-		stdin, _ := cmd.StdinPipe()
-		stdout, _ := cmd.StdoutPipe()
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		out := bufio.NewScanner(stdout)
-		line := func() string {
-			if !out.Scan() {
-				t.Fatalf("trial %d: holder exited early: %v", i, out.Err())
-			}
-			return out.Text()
-		}
+		cmd, stdin, line := startHolderProcess(t, srv.Addr(), i)
 		held := line()
 		oldTok, _ := strconv.ParseUint(strings.TrimPrefix(held, "HELD "), 10, 64)
 		accepted = append(accepted, lease.Token(oldTok))
@@ -556,4 +544,25 @@ func TestFault15Soak(t *testing.T) {
 	t.Logf("soak %v, %d faults: %+v", *soak, faults.Load(), sum)
 	table(t, fmt.Sprintf("randomized soak (%d holders, %v, %d faults)", holders, *soak, faults.Load()),
 		"no work on unknown/busy/low validity; stale writes only under lost leases; observer counts match", sum.calls, int(violations.Load()))
+}
+
+// startHolderProcess starts this test binary as the helper holder process
+// (LEASE_HELPER_HOLDER) against addr: its stdin takes commands ("write"),
+// and line reads its next output line, failing trial's test if it exited.
+func startHolderProcess(t *testing.T, addr string, trial int) (*exec.Cmd, io.Writer, func() string) {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), "LEASE_HELPER_HOLDER=1", "LEASE_HELPER_ADDR="+addr)
+	stdin, _ := cmd.StdinPipe()
+	stdout, _ := cmd.StdoutPipe()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	out := bufio.NewScanner(stdout)
+	return cmd, stdin, func() string {
+		if !out.Scan() {
+			t.Fatalf("trial %d: holder exited early: %v", trial, out.Err())
+		}
+		return out.Text()
+	}
 }

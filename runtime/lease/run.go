@@ -35,9 +35,10 @@ func (a *call) run(ctx context.Context, l *Lease, fn func(context.Context) error
 	}
 	a.inFn.Store(true)
 
-	returned, entered := false, false
+	returned := false
 	defer func() {
 		a.inFn.Store(false)
+		entered := !a.entered.IsZero() // fn was called (see the entry check)
 		// Overrun is loss: checked before the timer is disarmed, so a timer
 		// that could not run in time (a busy CPU) changes nothing.
 		validAtReturn := l.valid()
@@ -109,7 +110,6 @@ func (a *call) run(ctx context.Context, l *Lease, fn func(context.Context) error
 		returned = true
 		return err
 	}
-	entered = true
 	a.entered = time.Now()
 	err = fn(fctx)
 	returned = true
