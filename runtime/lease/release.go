@@ -64,9 +64,15 @@ func (a *call) release(ctx context.Context, hold time.Duration) released {
 }
 
 // sendRelease runs the release script for this attempt's identity (and
-// queue entry, if it waited).
+// queue entry, if it waited and was not granted: a grant took the entry
+// out, so a granted call's release, a handover's first half, skips two
+// commands).
 func (a *call) sendRelease(ctx context.Context, hold time.Duration) (int64, error) {
-	return a.c.releaseWith(ctx, a.newRelArgs(), &a.k, &a.tomb, &a.id, &a.member, hold, "1")
+	member := &a.member
+	if a.dequeued {
+		member = nil
+	}
+	return a.c.releaseWith(ctx, a.newRelArgs(), &a.k, &a.tomb, &a.id, member, hold, "1")
 }
 
 // releaseAs runs the release script for identity id: the holder's own
