@@ -942,7 +942,9 @@ func TestAdversary2_ForceReleaseReportsReleasedAfterHolderReleasedItself(t *test
 // asleep in the queue, a waiter handed the key whose confirmation gets no
 // reply, a waiter whose give-up release gets no reply, the SET NX path's
 // second round trip, a kept lease reused while Redis is gone. Do returns
-// by start+Deadline (+100ms allowed here).
+// by start+Deadline (+100ms allowed here, plus the time the process did
+// not run past the budget: on two busy cores under -race, Do was seen
+// 134ms late).
 func TestAdversary2_DeadlinesOnQueueAndKeepPaths(t *testing.T) {
 	type tc struct {
 		name string
@@ -1019,7 +1021,8 @@ func TestAdversary2_DeadlinesOnQueueAndKeepPaths(t *testing.T) {
 	}
 	for _, k := range cases {
 		t.Run(k.name, func(t *testing.T) {
-			worst := time.Duration(0)
+			st := watchStalls(t, 5*time.Millisecond)
+			worst, worstLost := time.Duration(0), time.Duration(0)
 			var last error
 			var budget time.Duration
 			for range 2 {
@@ -1028,15 +1031,17 @@ func TestAdversary2_DeadlinesOnQueueAndKeepPaths(t *testing.T) {
 				key := uniqueKey(t)
 				warm(t, c, key)
 				took, b, err := k.run(t, c, p, other, key)
+				end := time.Now()
 				p.Set(leasetest.Pass)
 				budget = b
-				if took-b > worst {
-					worst, last = took-b, err
+				lost := st.lost(end.Add(b-took), end) // past the budget: a stall before it does not move the deadline
+				if took-b-lost > worst {
+					worst, worstLost, last = took-b-lost, lost, err
 				}
 			}
-			t.Logf("worst overshoot %v (budget %v): %v", worst.Round(time.Millisecond), budget, last)
+			t.Logf("worst overshoot %v, not counting %v the process was stalled past the budget (budget %v): %v", worst.Round(time.Millisecond), worstLost.Round(time.Millisecond), budget, last)
 			if worst > 100*time.Millisecond {
-				t.Errorf("Do returned %v after its budget %v: %v", worst.Round(time.Millisecond), budget, last)
+				t.Errorf("Do returned %v after its budget %v (not counting %v the process was stalled past it): %v", worst.Round(time.Millisecond), budget, worstLost.Round(time.Millisecond), last)
 			}
 		})
 	}
@@ -2208,6 +2213,7 @@ func TestAdversary2_DeadWaiterWithLongRecheckDelaysRelease(t *testing.T) {
 type stalls struct {
 	mu   sync.Mutex
 	gaps [][2]time.Time
+	seen time.Time // the latest tick
 }
 
 func watchStalls(t *testing.T, min time.Duration) *stalls {
@@ -2226,16 +2232,62 @@ func watchStalls(t *testing.T, min time.Duration) *stalls {
 			case <-tk.C:
 			}
 			now := time.Now()
+			st.mu.Lock()
 			if now.Sub(prev) > min {
-				st.mu.Lock()
 				st.gaps = append(st.gaps, [2]time.Time{prev, now})
-				st.mu.Unlock()
 			}
+			st.seen = now
+			st.mu.Unlock()
 			prev = now
 		}
 	}()
 	t.Cleanup(func() { close(done); <-stopped })
 	return st
+}
+
+// lost is how long the process did not run during [from, to]: the sum of
+// the stalls' overlaps with it. A bound on how late a call returns that
+// allows this on top of its own slack still fails a call that is late by
+// its own doing (waiting for a pool, a read timeout, a release outside
+// its budget): the ticking goroutine was not held up by that, only by
+// what held up the whole process (a loaded machine, the race detector's
+// pauses). For a deadline, from is the deadline: a stall before it does
+// not move an absolute deadline, one across it delays the return.
+//
+// It first waits for a tick after to, so that a stall still going on at
+// to (not yet recorded: the ticking goroutine had not run) counts.
+func (st *stalls) lost(from, to time.Time) time.Duration {
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+		st.mu.Lock()
+		seen := st.seen
+		st.mu.Unlock()
+		if seen.After(to) {
+			break
+		}
+	}
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	var d time.Duration
+	for _, g := range st.gaps {
+		if a, b := maxTime(g[0], from), minTime(g[1], to); b.After(a) {
+			d += b.Sub(a)
+		}
+	}
+	return d
+}
+
+func maxTime(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}
+
+func minTime(a, b time.Time) time.Time {
+	if a.Before(b) {
+		return a
+	}
+	return b
 }
 
 // during reports whether a stall overlapped [from, to].
