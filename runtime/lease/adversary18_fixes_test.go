@@ -536,15 +536,18 @@ func adv18Proxied(t *testing.T, srv *leasetest.Server, opts ...lease.Option) (*l
 // grant is on the server, the reply is cut by the deadline. The grant must
 // be released within the release timeout of the deadline (the release's
 // request goes through at once, its reply is late), and Lead must return
-// within about the release timeout after the deadline.
+// within about the release timeout after the deadline. Neither bound counts
+// the time the process did not run after the deadline (on two busy cores
+// under -race, Lead was seen returning 484ms after it).
 func TestAdversary18_LeadDeadlineCutsGrantReply(t *testing.T) {
+	st := watchStalls(t, 5*time.Millisecond)
 	srv := leasetest.StartRedis(t)
 	direct := srv.Client(t)
 	c, obs, p, _ := adv18Proxied(t, srv)
 	const relTimeout = lease.DefaultReleaseTimeout
 	p.SetDelay(120 * time.Millisecond)
 	defer p.Set(leasetest.Pass)
-	var worst, worstReturn time.Duration
+	var worst, worstReturn, stalled time.Duration
 	granted := 0
 	for i := range 6 {
 		// Let the pool replace the connections the cut replies closed
@@ -597,7 +600,9 @@ func TestAdversary18_LeadDeadlineCutsGrantReply(t *testing.T) {
 				t.Logf("%s: %s %v", key, e.Kind, e.Err)
 			}
 		}
-		if d := returned.Sub(deadline); d > worstReturn {
+		lost := st.lost(deadline, returned)
+		stalled = max(stalled, lost)
+		if d := returned.Sub(deadline) - lost; d > worstReturn {
 			worstReturn = d
 		}
 		if s[0].IsZero() {
@@ -609,20 +614,20 @@ func TestAdversary18_LeadDeadlineCutsGrantReply(t *testing.T) {
 			t.Errorf("key %s: the grant stayed on the server (%q, PTTL %v) 600ms after Lead returned", key, v, pttl)
 			continue
 		}
-		if d := s[1].Sub(deadline); d > worst {
+		if d := s[1].Sub(deadline) - st.lost(deadline, s[1]); d > worst {
 			worst = d
 		}
 	}
-	t.Logf("%d of 6 grants reached the server; latest release %v after the deadline; latest Lead return %v after it; acquire_unknown %d, release_unconfirmed %d",
-		granted, worst, worstReturn, obs.Count(lease.EventAcquireUnknown), obs.Count(lease.EventReleaseUnconfirmed))
+	t.Logf("%d of 6 grants reached the server; latest release %v after the deadline; latest Lead return %v after it (not counting the time the process was stalled, at most %v); acquire_unknown %d, release_unconfirmed %d",
+		granted, worst, worstReturn, stalled, obs.Count(lease.EventAcquireUnknown), obs.Count(lease.EventReleaseUnconfirmed))
 	if granted == 0 {
 		t.Log("no grant reached the server: the attack did not bite")
 	}
 	if worst > relTimeout+50*time.Millisecond {
-		t.Errorf("a cut grant was released %v after ctx's deadline (release timeout %v)", worst, relTimeout)
+		t.Errorf("a cut grant was released %v after ctx's deadline, not counting stalls of the process (release timeout %v)", worst, relTimeout)
 	}
 	if worstReturn > relTimeout+150*time.Millisecond {
-		t.Errorf("Lead returned %v after ctx's deadline (release timeout %v)", worstReturn, relTimeout)
+		t.Errorf("Lead returned %v after ctx's deadline, not counting stalls of the process (release timeout %v)", worstReturn, relTimeout)
 	}
 }
 

@@ -942,7 +942,9 @@ func TestAdversary2_ForceReleaseReportsReleasedAfterHolderReleasedItself(t *test
 // asleep in the queue, a waiter handed the key whose confirmation gets no
 // reply, a waiter whose give-up release gets no reply, the SET NX path's
 // second round trip, a kept lease reused while Redis is gone. Do returns
-// by start+Deadline (+100ms allowed here).
+// by start+Deadline (+100ms allowed here, plus the time the process did
+// not run past the budget: on two busy cores under -race, Do was seen
+// 134ms late).
 func TestAdversary2_DeadlinesOnQueueAndKeepPaths(t *testing.T) {
 	type tc struct {
 		name string
@@ -1019,7 +1021,8 @@ func TestAdversary2_DeadlinesOnQueueAndKeepPaths(t *testing.T) {
 	}
 	for _, k := range cases {
 		t.Run(k.name, func(t *testing.T) {
-			worst := time.Duration(0)
+			st := watchStalls(t, 5*time.Millisecond)
+			worst, worstLost := time.Duration(0), time.Duration(0)
 			var last error
 			var budget time.Duration
 			for range 2 {
@@ -1028,15 +1031,17 @@ func TestAdversary2_DeadlinesOnQueueAndKeepPaths(t *testing.T) {
 				key := uniqueKey(t)
 				warm(t, c, key)
 				took, b, err := k.run(t, c, p, other, key)
+				end := time.Now()
 				p.Set(leasetest.Pass)
 				budget = b
-				if took-b > worst {
-					worst, last = took-b, err
+				lost := st.lost(end.Add(b-took), end) // past the budget: a stall before it does not move the deadline
+				if took-b-lost > worst {
+					worst, worstLost, last = took-b-lost, lost, err
 				}
 			}
-			t.Logf("worst overshoot %v (budget %v): %v", worst.Round(time.Millisecond), budget, last)
+			t.Logf("worst overshoot %v, not counting %v the process was stalled past the budget (budget %v): %v", worst.Round(time.Millisecond), worstLost.Round(time.Millisecond), budget, last)
 			if worst > 100*time.Millisecond {
-				t.Errorf("Do returned %v after its budget %v: %v", worst.Round(time.Millisecond), budget, last)
+				t.Errorf("Do returned %v after its budget %v (not counting %v the process was stalled past it): %v", worst.Round(time.Millisecond), budget, worstLost.Round(time.Millisecond), last)
 			}
 		})
 	}
@@ -1567,8 +1572,9 @@ func TestAdversary2_KeptLeaseWatcherDiesAtFirstKeep(t *testing.T) {
 	c, _ := sharedClient(t)
 	s := lease.Spec{TTL: 90 * time.Millisecond, MinValidity: 5 * time.Millisecond, Deadline: 2 * time.Second, Keep: 2 * time.Second}
 	st := watchStalls(t, 25*time.Millisecond)
-	var stalled atomic.Int32
+	var stalled, rounds atomic.Int32
 	run := func(base time.Duration, trials int) (uncancelled, total int32) {
+		round := rounds.Add(1) // fresh keys each round: none is kept from an earlier one
 		var bad, n atomic.Int32
 		var wg sync.WaitGroup
 		sem := make(chan struct{}, 32)
@@ -1578,7 +1584,7 @@ func TestAdversary2_KeptLeaseWatcherDiesAtFirstKeep(t *testing.T) {
 			go func() {
 				defer wg.Done()
 				defer func() { <-sem }()
-				key := fmt.Sprintf("%s-%v-%d", t.Name(), base, i)
+				key := fmt.Sprintf("%s-%d-%v-%d", t.Name(), round, base, i)
 				d := base + time.Duration(i%60)*25*time.Microsecond
 				if err := c.Do(context.Background(), key, s, func(ctx context.Context) error {
 					time.Sleep(d)
@@ -1588,15 +1594,16 @@ func TestAdversary2_KeptLeaseWatcherDiesAtFirstKeep(t *testing.T) {
 				}
 				// Reuse at once, working past the lease's validity unless
 				// renewed, honouring ctx, and watching the lease's own
-				// clock: once it shows no validity left, ctx must end at
-				// once. A small slack (30ms) separates a dead watcher (ctx
-				// never ends: fn runs ~70ms past the end) from the two
-				// timers being due together on a loaded machine. A
-				// cancellation that comes, but late, only says the
-				// validity timer's goroutine ran late: under -race with
-				// the whole suite running, one was seen 94ms late while
-				// this goroutine ran (no stall of the process), so a late
-				// cancellation counts only past 150ms.
+				// clock: once it shows no validity left, ctx must end. A
+				// dead watcher never ends it. A cancellation that comes,
+				// but late, only says the validity timer's goroutine ran
+				// late: under -race with the whole suite running, one was
+				// seen 94ms late while this goroutine ran (no stall of the
+				// process), so fn waits up to 150ms past the end of the
+				// validity for it and only then counts it missing. (fn
+				// used to stop 160ms after its start whatever happened: a
+				// lease that ran out late in that window, its renewal slow
+				// on a loaded machine, left the timer 30ms to be seen.)
 				var cancelled bool
 				var start, end, invalidAt time.Time
 				err := c.Do(context.Background(), key, s, func(ctx context.Context) error {
@@ -1612,10 +1619,16 @@ func TestAdversary2_KeptLeaseWatcherDiesAtFirstKeep(t *testing.T) {
 							cancelled = true
 							break wait
 						case <-stop:
-							break wait
+							if invalidAt.IsZero() {
+								break wait
+							}
+							stop = nil // the validity ended: wait for ctx
 						case <-tk.C:
 							if invalidAt.IsZero() && l.Remaining() == 0 {
 								invalidAt = time.Now()
+							}
+							if !invalidAt.IsZero() && time.Since(invalidAt) > 150*time.Millisecond {
+								break wait
 							}
 						}
 					}
@@ -1630,7 +1643,7 @@ func TestAdversary2_KeptLeaseWatcherDiesAtFirstKeep(t *testing.T) {
 					return
 				}
 				n.Add(1)
-				if past := end.Sub(invalidAt); !invalidAt.IsZero() && (!cancelled && past > 30*time.Millisecond || past > 150*time.Millisecond) {
+				if past := end.Sub(invalidAt); !invalidAt.IsZero() && (!cancelled || past > 150*time.Millisecond) {
 					bad.Add(1)
 					t.Logf("first call's fn %v: the reusing call's fn ran %v past its lease's validity (cancelled: %v); Do = %v", d, end.Sub(invalidAt), cancelled, err)
 				} else if err == nil && !invalidAt.IsZero() {
@@ -1643,7 +1656,14 @@ func TestAdversary2_KeptLeaseWatcherDiesAtFirstKeep(t *testing.T) {
 		return bad.Load(), n.Load()
 	}
 	cb, cn := run(5*time.Millisecond, 160)
-	b, n := run(29*time.Millisecond, 1600)
+	// At least 1000 judged trials around the first renewal. On a busy
+	// machine many overlap a stall and are not judged: more rounds are run
+	// then (at most 4), rather than judging fewer.
+	var b, n int32
+	for round := 0; n < 1000 && round < 4; round++ {
+		rb, rn := run(29*time.Millisecond, 1600)
+		b, n = b+rb, n+rn
+	}
 	t.Logf("control: %d of %d; around the first renewal: %d of %d; %d trials not counted (the process stalled during fn)", cb, cn, b, n, stalled.Load())
 	if n < 1000 {
 		t.Fatalf("%d trials overlapped a stall of the process, %d did not: too few to judge", stalled.Load(), n)
@@ -2193,6 +2213,7 @@ func TestAdversary2_DeadWaiterWithLongRecheckDelaysRelease(t *testing.T) {
 type stalls struct {
 	mu   sync.Mutex
 	gaps [][2]time.Time
+	seen time.Time // the latest tick
 }
 
 func watchStalls(t *testing.T, min time.Duration) *stalls {
@@ -2211,16 +2232,62 @@ func watchStalls(t *testing.T, min time.Duration) *stalls {
 			case <-tk.C:
 			}
 			now := time.Now()
+			st.mu.Lock()
 			if now.Sub(prev) > min {
-				st.mu.Lock()
 				st.gaps = append(st.gaps, [2]time.Time{prev, now})
-				st.mu.Unlock()
 			}
+			st.seen = now
+			st.mu.Unlock()
 			prev = now
 		}
 	}()
 	t.Cleanup(func() { close(done); <-stopped })
 	return st
+}
+
+// lost is how long the process did not run during [from, to]: the sum of
+// the stalls' overlaps with it. A bound on how late a call returns that
+// allows this on top of its own slack still fails a call that is late by
+// its own doing (waiting for a pool, a read timeout, a release outside
+// its budget): the ticking goroutine was not held up by that, only by
+// what held up the whole process (a loaded machine, the race detector's
+// pauses). For a deadline, from is the deadline: a stall before it does
+// not move an absolute deadline, one across it delays the return.
+//
+// It first waits for a tick after to, so that a stall still going on at
+// to (not yet recorded: the ticking goroutine had not run) counts.
+func (st *stalls) lost(from, to time.Time) time.Duration {
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+		st.mu.Lock()
+		seen := st.seen
+		st.mu.Unlock()
+		if seen.After(to) {
+			break
+		}
+	}
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	var d time.Duration
+	for _, g := range st.gaps {
+		if a, b := maxTime(g[0], from), minTime(g[1], to); b.After(a) {
+			d += b.Sub(a)
+		}
+	}
+	return d
+}
+
+func maxTime(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}
+
+func minTime(a, b time.Time) time.Time {
+	if a.Before(b) {
+		return a
+	}
+	return b
 }
 
 // during reports whether a stall overlapped [from, to].

@@ -354,8 +354,11 @@ func TestFault13SlowerThanReadTimeout(t *testing.T) {
 
 // 14. Total deadline under contention with stalls: every call returns by
 // its deadline (+ slack) and no work starts after deadline − MinValidity
-// except on the first attempt.
+// except on the first attempt. Neither counts the time the process did
+// not run past the limit (on two busy cores under -race, a call was seen
+// returning 184ms late and work starting 58ms late).
 func TestFault14DeadlineUnderContention(t *testing.T) {
+	st := watchStalls(t, 5*time.Millisecond)
 	c, _ := sharedClient(t)
 	key := uniqueKey(t)
 	s := lease.Spec{TTL: time.Second, Deadline: 400 * time.Millisecond, Wait: 350 * time.Millisecond, MinValidity: 100 * time.Millisecond}
@@ -371,26 +374,33 @@ func TestFault14DeadlineUnderContention(t *testing.T) {
 			for range loops {
 				start := time.Now()
 				var enteredAt time.Duration = -1
+				var entered time.Time
 				err := c.Do(context.Background(), key, s, func(ctx context.Context) error {
-					enteredAt = time.Since(start)
+					entered = time.Now()
+					enteredAt = entered.Sub(start)
 					select { // a stall that ignores nothing: honours ctx
 					case <-time.After(time.Duration(rand.IntN(250)) * time.Millisecond):
 					case <-ctx.Done():
 					}
 					return nil
 				})
-				el := time.Since(start)
+				end := time.Now()
+				el := end.Sub(start)
+				lost := st.lost(start.Add(s.Deadline), end)
+				if enteredAt >= 0 {
+					enteredAt -= st.lost(start.Add(s.Deadline-s.MinValidity), entered)
+				}
 				mu.Lock()
 				trials++
-				over := el - s.Deadline
+				over := el - lost - s.Deadline
 				worst = max(worst, over)
 				if over > 100*time.Millisecond { // 50ms target plus noise on 2 shared cores
 					violations++
-					t.Logf("returned %v after its %v deadline (%v)", over, s.Deadline, err)
+					t.Logf("returned %v after its %v deadline, not counting %v the process was stalled past it (%v)", over, s.Deadline, lost, err)
 				}
 				if enteredAt > s.Deadline-s.MinValidity && enteredAt > 50*time.Millisecond {
 					violations++
-					t.Logf("entered at %v, after deadline − min-validity", enteredAt)
+					t.Logf("entered at %v (not counting stalls of the process), after deadline − min-validity", enteredAt)
 				}
 				mu.Unlock()
 			}

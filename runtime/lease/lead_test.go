@@ -142,13 +142,21 @@ func queued(t *testing.T, rdb *redis.Client, key string, n int64) {
 // A graceful stop (the leader's ctx cancelled) releases at once and hands
 // leadership to the candidate that waited longest: measured over 20
 // handoffs among 4 candidates on loopback, each from the cancel to the next
-// leader's fn entry.
+// leader's fn entry. That each handoff comes from the release and its
+// notification, not from a timer, is proven independently of the
+// machine's speed: the terms last a minute and the candidates re-check
+// once a minute, so a next leader within seconds can only have been
+// handed the lease by the release. (A latency bound would not prove it:
+// with 100ms re-checks, a p50 within 50ms could come from re-checks half
+// the time, and on two busy cores under -race a stop can take longer than
+// a short re-check.)
 func TestLeadGracefulHandoff(t *testing.T) {
+	const ttl, recheck, within = time.Minute, time.Minute, 5 * time.Second
 	srv := leasetest.StartRedis(t)
 	rdb := srv.Client(t)
-	cands := newCandidates(t, srv, 4, lease.WithRecheck(100*time.Millisecond))
+	cands := newCandidates(t, srv, 4, lease.WithRecheck(recheck))
 	key := uniqueKey(t)
-	e := newElection(t, key, lease.LeadSpec{TTL: 2 * time.Second}, rdb)
+	e := newElection(t, key, lease.LeadSpec{TTL: ttl}, rdb)
 	runs := map[string]*running{}
 	byName := map[string]*candidate{}
 	runs[cands[0].name] = e.lead(cands[0])
@@ -166,7 +174,7 @@ func TestLeadGracefulHandoff(t *testing.T) {
 		r := runs[cur.cand]
 		at := time.Now()
 		r.cancel()
-		next := e.next(2 * time.Second)
+		next := e.next(within) // a re-check or the TTL would take a minute
 		took = append(took, next.from.Sub(at))
 		if next.cand == cur.cand {
 			t.Fatalf("%s stopped and led again at once", cur.cand)
@@ -192,8 +200,8 @@ func TestLeadGracefulHandoff(t *testing.T) {
 	p50, p90, worst := percentile(took, 50), percentile(took, 90), slices.Max(took)
 	t.Logf("graceful handoff over %d stops, cancel to the next leader's entry: p50 %v, p90 %v, max %v", len(took),
 		p50.Round(10*time.Microsecond), p90.Round(10*time.Microsecond), worst.Round(10*time.Microsecond))
-	if p50 > 50*time.Millisecond || p90 > 100*time.Millisecond {
-		t.Errorf("graceful handoff p50 %v, p90 %v: want p50 <= 50ms (p90 <= 100ms on a loaded machine)", p50, p90)
+	if worst > within {
+		t.Errorf("a graceful handoff took %v: want every one within %v (re-checks and terms last %v)", worst, within, recheck)
 	}
 }
 

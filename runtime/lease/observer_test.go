@@ -13,9 +13,10 @@ type callKey struct{}
 
 // callObs marks each call's context and records the events it sees.
 type callObs struct {
-	mu     sync.Mutex
-	starts int
-	events []lease.Event
+	mu      sync.Mutex
+	starts  int
+	events  []lease.Event
+	renewed chan struct{} // if set, closed at the first EventRenewed
 }
 
 func (o *callObs) StartCall(ctx context.Context, key string, s lease.Spec) context.Context {
@@ -28,22 +29,38 @@ func (o *callObs) StartCall(ctx context.Context, key string, s lease.Spec) conte
 func (o *callObs) Observe(e lease.Event) {
 	o.mu.Lock()
 	o.events = append(o.events, e)
+	if e.Kind == lease.EventRenewed && o.renewed != nil {
+		close(o.renewed)
+		o.renewed = nil
+	}
 	o.mu.Unlock()
 }
 
 // A CallObserver's context becomes the call's: fn runs under it and every
 // event of the call carries it, with the spec's name and the timings.
 func TestCallObserverContextReachesFnAndEvents(t *testing.T) {
-	obs := &callObs{}
+	renewed := make(chan struct{})
+	obs := &callObs{renewed: renewed}
 	c, _ := sharedClient(t, lease.WithObserver(lease.Observers{obs, lease.ObserverFunc(func(lease.Event) {})}))
 	key := uniqueKey(t)
-	s := lease.Spec{TTL: 150 * time.Millisecond, Deadline: 5 * time.Second, Name: "orders.(*Server).charge"}
+	// fn runs until a renewal has fallen in (the first is due at TTL/3),
+	// not for a fixed time: a fixed sleep close to the TTL lost the lease
+	// when the renewal's round trip was slow on a loaded machine. The TTL
+	// leaves the renewal two thirds of it to be confirmed.
+	s := lease.Spec{TTL: 1500 * time.Millisecond, Deadline: 5 * time.Second, Name: "orders.(*Server).charge"}
 	want := s.Name + "|" + key
+	var ran time.Duration
 	err := c.Do(context.Background(), key, s, func(ctx context.Context) error {
+		start := time.Now()
+		defer func() { ran = time.Since(start) }()
 		if got, _ := ctx.Value(callKey{}).(string); got != want {
 			t.Errorf("fn's ctx value %q, want %q", got, want)
 		}
-		time.Sleep(120 * time.Millisecond) // a renewal falls in
+		select {
+		case <-renewed:
+		case <-ctx.Done():
+			t.Errorf("fn's ctx ended before a renewal: %v", context.Cause(ctx))
+		}
 		return nil
 	})
 	if err != nil {
@@ -66,8 +83,9 @@ func TestCallObserverContextReachesFnAndEvents(t *testing.T) {
 			t.Errorf("no %v event", k)
 		}
 	}
-	if r := kinds[lease.EventReleased]; r.Took <= 0 || r.Held < 120*time.Millisecond {
-		t.Errorf("released: Took %v Held %v", r.Took, r.Held)
+	// Held runs from entry to the release: at least as long as fn ran.
+	if r := kinds[lease.EventReleased]; r.Took <= 0 || r.Held < ran {
+		t.Errorf("released: Took %v Held %v (fn ran %v)", r.Took, r.Held, ran)
 	}
 	if r := kinds[lease.EventRenewed]; r.Took <= 0 {
 		t.Errorf("renewed: Took %v", r.Took)
