@@ -111,7 +111,7 @@ func Generate(cfg Config) ([]File, error) {
 	}
 	if len(el.list) > 0 {
 		el.list.Sort()
-		return nil, fmt.Errorf("leasegen: the packages do not compile; fix these first:\n%w", el.list)
+		return nil, &CompileError{el.list}
 	}
 	var files []File
 	var allNames []string
@@ -160,7 +160,7 @@ func Generate(cfg Config) ([]File, error) {
 	}
 	if len(unresolved.list) > 0 && len(el.list) == 0 {
 		unresolved.list.Sort()
-		return nil, fmt.Errorf("leasegen: the packages do not compile; fix these first:\n%w", unresolved.list)
+		return nil, &CompileError{unresolved.list}
 	}
 	if len(el.list) > 0 {
 		el.list.Sort()
@@ -186,6 +186,25 @@ func parseTests(fset *token.FileSet, dir string) []*ast.File {
 	}
 	return fs
 }
+
+// CompileError is Generate's error when the packages do not compile:
+// leasegen refuses to generate from broken code. Its text lists every
+// error, one per line, as go build prints them.
+type CompileError struct {
+	List scanner.ErrorList // sorted
+}
+
+func (e *CompileError) Error() string {
+	var b strings.Builder
+	b.WriteString("leasegen: the packages do not compile; fix these first:")
+	for _, x := range e.List {
+		b.WriteString("\n" + x.Error())
+	}
+	return b.String()
+}
+
+// Unwrap returns the list, so that errors.As finds it.
+func (e *CompileError) Unwrap() error { return e.List }
 
 type deferredErr struct {
 	err  packages.Error

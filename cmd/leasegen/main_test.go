@@ -242,3 +242,14 @@ func TestPositionsUnderGoGenerate(t *testing.T) {
 		t.Fatalf("leasegen under go generate in %s = %d %q; want p/p.go:5:16", dir, code, stderr)
 	}
 }
+
+// A package that does not compile is refused with every one of its
+// errors, each on its own line with its position, as go build prints
+// them (before, stderr held the first and "(and 1 more errors)").
+func TestBrokenPackageListsEveryError(t *testing.T) {
+	setup(t, strings.Replace(good, "return nil }", "return nil }\n\nfunc a() int { return undefinedA }\n\nfunc b() int { return undefinedB }\n", 1))
+	code, _, stderr := leasegen()
+	if code != 1 || !strings.Contains(stderr, "p.go:8:23: undefined: undefinedA\n") || !strings.Contains(stderr, "p.go:10:23: undefined: undefinedB\n") || strings.Contains(stderr, "more error") {
+		t.Fatalf("leasegen = %d, stderr %q; want 1 and both positioned errors", code, stderr)
+	}
+}
