@@ -316,7 +316,16 @@ func (d *Directive) set(name, val string, hasVal bool, pos, valPos token.Pos) (E
 	case "wait":
 		return dur(&d.Wait)
 	case "min-validity":
-		return dur(&d.MinValidity)
+		if e, ok := dur(&d.MinValidity); !ok {
+			return e, false
+		}
+		if d.MinValidity.V == 0 {
+			// lease.Spec and lease.LeadSpec read a zero MinValidity as
+			// their default, ttl/2: 0 would promise what the call does not do.
+			d.MinValidity = Duration{}
+			return errorf(valPos, "min-validity must be positive: the runtime reads 0 as its default, ttl/2 (for the least margin, write a small duration such as min-validity=1ms)"), false
+		}
+		return Error{}, true
 	case "hold-min":
 		return dur(&d.HoldMin)
 	case "keep":
