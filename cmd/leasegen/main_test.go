@@ -253,3 +253,23 @@ func TestBrokenPackageListsEveryError(t *testing.T) {
 		t.Fatalf("leasegen = %d, stderr %q; want 1 and both positioned errors", code, stderr)
 	}
 }
+
+// -o names a file the build must compile: go build ignores names starting
+// with _ or ., and builds a name ending in _GOOS, _GOARCH or
+// _GOOS_GOARCH for that platform only, so the wrappers would be undefined
+// (everywhere, or elsewhere). Before, leasegen wrote such files and exited 0.
+func TestOutputNamesTheBuildIgnoresExit2(t *testing.T) {
+	dir := setup(t, good)
+	for _, name := range []string{"_lease.go", ".lease.go", "lease_gen_linux.go", "lease_gen_windows.go", "lease_gen_amd64.go", "lease_gen_darwin_arm64.go", "lease_gen_js.go"} {
+		code, _, stderr := leasegen("-o", name)
+		if code != 2 || !strings.Contains(stderr, name) {
+			t.Errorf("leasegen -o %s = %d %q; want 2 and a message naming it", name, code, stderr)
+		}
+		if _, err := os.Stat(filepath.Join(dir, name)); err == nil {
+			t.Errorf("leasegen -o %s wrote the file", name)
+		}
+	}
+	if code, _, stderr := leasegen("-o", "lease_linuxish.go"); code != 0 {
+		t.Fatalf("leasegen -o lease_linuxish.go = %d: %s", code, stderr)
+	}
+}
