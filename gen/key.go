@@ -72,8 +72,11 @@ func (g *pkgGen) keyPart(p directive.Part, sig *types.Signature, orig map[string
 	}
 	expr := w.Params[idx].Name
 	text := root
-	fromCall := false // the value so far is a method's result
-	calls := false    // the path calls a method
+	// addressable: the value so far is a variable (a parameter, a field
+	// of one, or reached through a pointer), so a method with a pointer
+	// receiver can be called on it; a method's result is not.
+	addressable := true
+	calls := false // the path calls a method
 	for _, seg := range p.Path[1:] {
 		if _, isTP := t.(*types.TypeParam); isTP {
 			g.errorf(p.Pos, "key part %s: %s has a type parameter's type; key parts must have concrete types", p.Src, text)
@@ -82,7 +85,12 @@ func (g *pkgGen) keyPart(p directive.Part, sig *types.Signature, orig map[string
 		if _, isPtr := t.Underlying().(*types.Pointer); isPtr {
 			kp.NilChecks = append(kp.NilChecks, templates.NilCheck{Expr: expr, Text: text})
 		}
-		obj, index, _ := types.LookupFieldOrMethod(t, true, g.pkg.Types, seg.Name)
+		obj, index, indirect := types.LookupFieldOrMethod(t, addressable, g.pkg.Types, seg.Name)
+		if obj == nil && index == nil && indirect {
+			g.errorf(p.Pos, "key part %s: %s has a pointer receiver and %s is not addressable", p.Src, seg.Name, text)
+			return kp, false
+		}
+		_, viaPtr := t.Underlying().(*types.Pointer)
 		switch obj := obj.(type) {
 		case *types.Var:
 			if seg.Call {
@@ -95,7 +103,7 @@ func (g *pkgGen) keyPart(p directive.Part, sig *types.Signature, orig map[string
 			}
 			expr += "." + seg.Name
 			t = obj.Type()
-			fromCall = false
+			addressable = addressable || viaPtr
 		case *types.Func:
 			msig := obj.Signature()
 			if !seg.Call {
@@ -106,13 +114,9 @@ func (g *pkgGen) keyPart(p directive.Part, sig *types.Signature, orig map[string
 				g.errorf(p.Pos, "key part %s: %s.%s must take no arguments and return one value", p.Src, text, seg.Name)
 				return kp, false
 			}
-			if _, ptrRecv := msig.Recv().Type().(*types.Pointer); ptrRecv && fromCall {
-				g.errorf(p.Pos, "key part %s: %s has a pointer receiver and %s is not addressable", p.Src, seg.Name, text)
-				return kp, false
-			}
 			expr += "." + seg.Name + "()"
 			t = msig.Results().At(0).Type()
-			fromCall, calls = true, true
+			addressable, calls = false, true
 		default:
 			g.errorf(p.Pos, "key part %s: %s (%s) has no field or method %s%s", p.Src, text, t, seg.Name, directive.Suggest(seg.Name, fieldsAndMethods(t, g.pkg.Types)))
 			return kp, false
