@@ -30,7 +30,10 @@ type pkgGen struct {
 	imports     map[string]string    // the generated file's import names: path -> name
 	importPaths map[string]string    // and back: name -> path
 	memberCache map[*types.Named]map[string]types.Object
-	protected   []Protected
+	// keyLocals names the locals that hold a key path's checked method
+	// results in the wrapper being built, by path text.
+	keyLocals map[string]string
+	protected []Protected
 	// tests are the package's _test.go files: their directives are errors
 	// (see testDirectives). leasegen parses them itself; analyzers get them
 	// in the package's files when they check a test variant.
