@@ -182,6 +182,11 @@ func Parse(pos token.Pos, text string) (*Directive, []Error) {
 	}
 	seen := map[string]bool{}
 	for _, a := range args {
+		if strings.HasPrefix(a.Arg, "//") {
+			errs = append(errs, errorf(a.Pos, "a directive takes no trailing comment: put the note on a line of its own"))
+			d.Invalid = true
+			break
+		}
 		name, val, hasVal := strings.Cut(a.Arg, "=")
 		if seen[name] {
 			errs = append(errs, errorf(a.Pos, "duplicate option %s", name))
