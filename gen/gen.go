@@ -7,6 +7,7 @@ import (
 	"bytes"
 	"fmt"
 	"go/ast"
+	"go/build"
 	"go/parser"
 	"go/scanner"
 	"go/token"
@@ -69,7 +70,7 @@ func Generate(cfg Config) ([]File, error) {
 	}
 	dir, _ = filepath.Abs(dir)
 	fset := token.NewFileSet()
-	pkgs, err := load(dir, fset, cfg.Patterns)
+	pkgs, deps, err := load(dir, fset, cfg.Patterns)
 	if err != nil {
 		return nil, fmt.Errorf("leasegen: load: %w", err)
 	}
@@ -152,6 +153,14 @@ func Generate(cfg Config) ([]File, error) {
 	for _, gn := range allNames {
 		generated[gn] = true
 	}
+	if len(deferred) > 0 {
+		// Calls into an imported package's wrappers: its generated file is
+		// left out as this package's is (-tags leasegen), so that a stale
+		// one never blocks regeneration.
+		for _, gn := range depWrapperNames(deps) {
+			generated[gn] = true
+		}
+	}
 	var unresolved errList = errList{dir: base, fset: fset}
 	for _, d := range deferred {
 		if !generated[d.name] {
@@ -167,6 +176,74 @@ func Generate(cfg Config) ([]File, error) {
 		return nil, el.list
 	}
 	return files, nil
+}
+
+// depWrapperNames returns the names of the wrappers and decorator
+// constructors that the directives of the imported packages (outside the
+// standard library) generate, read from their files' comments: the
+// exported names other packages can call. A name that would be an error
+// there (an exported target without name=) is left out.
+func depWrapperNames(deps map[string]*packages.Package) []string {
+	var names []string
+	goroot := filepath.Join(build.Default.GOROOT, "src") + string(filepath.Separator)
+	for _, d := range deps {
+		if len(d.Errors) > 0 || len(d.GoFiles) == 0 || strings.HasPrefix(d.GoFiles[0], goroot) {
+			continue // the standard library has no directives
+		}
+		for _, name := range d.GoFiles {
+			src, err := os.ReadFile(name)
+			if err != nil || !bytes.Contains(src, []byte("//lease:")) {
+				continue
+			}
+			f, err := parser.ParseFile(token.NewFileSet(), name, src, parser.ParseComments|parser.SkipObjectResolution)
+			if err != nil {
+				continue
+			}
+			names = append(names, wrapperNames(f)...)
+		}
+	}
+	return names
+}
+
+// wrapperNames returns the wrapper names f's directives generate, as
+// funcWrapper and decorator name them.
+func wrapperNames(f *ast.File) []string {
+	var names []string
+	for _, decl := range f.Decls {
+		switch decl := decl.(type) {
+		case *ast.FuncDecl:
+			ds, _ := directive.Find(decl.Doc)
+			for _, d := range ds {
+				switch {
+				case d.Name != directive.Lock && d.Name != directive.Leader:
+				case d.WrapperName.Set():
+					names = append(names, d.WrapperName.V)
+				case d.Name == directive.Leader:
+					names = append(names, exportName(decl.Name.Name)+leaderSuffix)
+				case !token.IsExported(decl.Name.Name):
+					names = append(names, exportName(decl.Name.Name))
+				}
+			}
+		case *ast.GenDecl:
+			for _, spec := range decl.Specs {
+				ts, ok := spec.(*ast.TypeSpec)
+				if !ok {
+					continue
+				}
+				it, ok := ts.Type.(*ast.InterfaceType)
+				if !ok {
+					continue
+				}
+				for _, m := range it.Methods.List {
+					if ds, _ := directive.Find(m.Doc); len(ds) > 0 {
+						names = append(names, "NewLeased"+exportName(ts.Name.Name))
+						break
+					}
+				}
+			}
+		}
+	}
+	return names
 }
 
 // parseTests parses the _test.go files in dir that mention "lease:" in
@@ -211,7 +288,7 @@ type deferredErr struct {
 	name string
 }
 
-var missingRE = regexp.MustCompile(`^(?:undefined: (\w+)$|.*has no field or method (\w+)\b)`)
+var missingRE = regexp.MustCompile(`^(?:undefined: (?:\w+\.)?(\w+)$|.*has no field or method (\w+)\b)`)
 
 // missingName returns the undefined identifier a type error complains
 // about, or "".

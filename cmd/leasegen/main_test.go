@@ -273,3 +273,70 @@ func TestOutputNamesTheBuildIgnoresExit2(t *testing.T) {
 		t.Fatalf("leasegen -o lease_linuxish.go = %d: %s", code, stderr)
 	}
 }
+
+// Adversary round 22: a package that calls another package's wrappers
+// (a function's, a method's, a decorator's constructor) is generated like
+// any other. Dependencies are read with -tags leasegen too, without their
+// generated files, so those calls did not resolve and leasegen refused the
+// package ("undefined: a.Charge") whether a's lease_gen.go was current or
+// not: in its own directory, and with ./... from the module root.
+func TestCallsIntoAnotherPackagesWrappers(t *testing.T) {
+	dir := setup(t, `package p
+
+import "context"
+
+//lease:lock a:{id} deadline=5s
+func charge(ctx context.Context, id string) error { return nil }
+
+type Server struct{}
+
+//lease:lock s:{id} deadline=5s
+func (s *Server) refund(ctx context.Context, id string) error { return nil }
+
+type Store interface {
+	//lease:lock st:{id} deadline=5s
+	Put(ctx context.Context, id string) error
+}
+`)
+	mod := filepath.Dir(dir)
+	caller := filepath.Join(mod, "q")
+	os.MkdirAll(caller, 0o755)
+	write(t, filepath.Join(caller, "q.go"), `package q
+
+import (
+	"context"
+
+	"example.com/golden/p"
+	"github.com/leasegen/leasegen/runtime/lease"
+)
+
+//lease:lock q:{id} deadline=5s
+func handle(ctx context.Context, c *lease.Client, s *p.Server, st p.Store, id string) error {
+	if err := p.Charge(ctx, c, id); err != nil {
+		return err
+	}
+	if err := s.Refund(ctx, c, id); err != nil {
+		return err
+	}
+	return p.NewLeasedStore(st, c).Put(ctx, id)
+}
+`)
+	// q before p has been generated, then after, then both from the root.
+	for _, step := range []struct{ dir string }{{caller}, {dir}, {caller}, {mod}} {
+		t.Chdir(step.dir)
+		args := []string{}
+		if step.dir == mod {
+			args = []string{"./..."}
+		}
+		if code, _, stderr := leasegen(args...); code != 0 {
+			t.Fatalf("leasegen %v in %s = %d: %s", args, step.dir, code, stderr)
+		}
+	}
+	t.Chdir(mod)
+	if code, stdout, stderr := leasegen("-check", "./..."); code != 0 {
+		t.Fatalf("leasegen -check ./... = %d %q: %s", code, stdout, stderr)
+	}
+	if b, err := exec.Command("go", "vet", "./...").CombinedOutput(); err != nil {
+		t.Fatalf("go vet ./...: %v\n%s", err, b)
+	}
+}
