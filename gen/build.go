@@ -30,7 +30,10 @@ type pkgGen struct {
 	imports     map[string]string    // the generated file's import names: path -> name
 	importPaths map[string]string    // and back: name -> path
 	memberCache map[*types.Named]map[string]types.Object
-	protected   []Protected
+	// keyLocals names the locals that hold a key path's checked method
+	// results in the wrapper being built, by path text.
+	keyLocals map[string]string
+	protected []Protected
 	// tests are the package's _test.go files: their directives are errors
 	// (see testDirectives). leasegen parses them itself; analyzers get them
 	// in the package's files when they check a test variant.
@@ -228,6 +231,10 @@ func (g *pkgGen) checked(d *directive.Directive) (*directive.Directive, bool) {
 // (//lease:lock) or a campaign (//lease:leader, template "leader").
 func (g *pkgGen) funcWrapper(fd *ast.FuncDecl, raw *directive.Directive) *templates.Wrapper {
 	obj, _ := g.pkg.TypesInfo.Defs[fd.Name].(*types.Func)
+	if fd.Name.Name == "_" {
+		g.errorf(raw.Slash, "a blank function (func _) cannot be called: the directive has nothing to wrap")
+		return nil
+	}
 	if obj == nil {
 		return nil
 	}
@@ -272,6 +279,9 @@ func (g *pkgGen) funcWrapper(fd *ast.FuncDecl, raw *directive.Directive) *templa
 		w.Name = exportName(fd.Name.Name) + leaderSuffix
 	case token.IsExported(fd.Name.Name):
 		g.errorf(d.Slash, "%s is exported: give its wrapper a name with name=Ident (and consider unexporting %s so callers cannot bypass the lease)", fd.Name.Name, fd.Name.Name)
+		return nil
+	case !token.IsExported(exportName(fd.Name.Name)):
+		g.errorf(d.Slash, "%s has no exported form to name its wrapper after: give the wrapper a name with name=Ident", fd.Name.Name)
 		return nil
 	default:
 		w.Name = exportName(fd.Name.Name)

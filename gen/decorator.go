@@ -47,6 +47,12 @@ func (g *pkgGen) decorator(ts *ast.TypeSpec, it *ast.InterfaceType) *templates.D
 		return nil
 	}
 	iface := named.Underlying().(*types.Interface)
+	for i := range iface.NumMethods() {
+		if m := iface.Method(i); !m.Exported() && m.Pkg() != g.pkg.Types {
+			g.errorf(ts.Name.Pos(), "%s: no decorator can implement it outside package %s, which declares its unexported method %s", ts.Name.Name, m.Pkg().Name(), m.Name())
+			return nil
+		}
+	}
 	// The decorator's fields must not share a name with a method.
 	fields := newNamer()
 	for i := range iface.NumMethods() {

@@ -37,6 +37,7 @@ func (g *pkgGen) key(d *directive.Directive, sig *types.Signature, orig map[stri
 	}
 	ok := true
 	var out []templates.KeyPart
+	g.keyLocals = map[string]string{}
 	for _, p := range parts {
 		if p.Path == nil {
 			out = append(out, templates.KeyPart{Lit: p.Lit, Src: p.Src})
@@ -72,17 +73,43 @@ func (g *pkgGen) keyPart(p directive.Part, sig *types.Signature, orig map[string
 	}
 	expr := w.Params[idx].Name
 	text := root
-	fromCall := false // the value so far is a method's result
-	calls := false    // the path calls a method
+	// addressable: the value so far is a variable (a parameter, a field
+	// of one, or reached through a pointer), so a method with a pointer
+	// receiver can be called on it; a method's result is not.
+	addressable := true
+	calls := false // the path calls a method
+	// nilCheck records that expr (text in messages) must not be nil and
+	// returns the expression to use from then on: when expr calls a
+	// method, a local that holds its result (one per text in a wrapper),
+	// so that the method is called once, for the check and the value.
+	nilCheck := func(kp *templates.KeyPart, expr, text string) string {
+		if !calls {
+			kp.NilChecks = append(kp.NilChecks, templates.NilCheck{Expr: expr, Text: text})
+			return expr
+		}
+		v, ok := g.keyLocals[text]
+		if !ok {
+			v = n.alloc("v", "v")
+			g.keyLocals[text] = v
+		}
+		kp.NilChecks = append(kp.NilChecks, templates.NilCheck{Expr: expr, Text: text, Var: v})
+		return v
+	}
 	for _, seg := range p.Path[1:] {
 		if _, isTP := t.(*types.TypeParam); isTP {
 			g.errorf(p.Pos, "key part %s: %s has a type parameter's type; key parts must have concrete types", p.Src, text)
 			return kp, false
 		}
-		if _, isPtr := t.Underlying().(*types.Pointer); isPtr {
-			kp.NilChecks = append(kp.NilChecks, templates.NilCheck{Expr: expr, Text: text})
+		if nilable(t) {
+			// A nil pointer's field, a nil interface's method: a panic.
+			expr = nilCheck(&kp, expr, text)
 		}
-		obj, index, _ := types.LookupFieldOrMethod(t, true, g.pkg.Types, seg.Name)
+		obj, index, indirect := types.LookupFieldOrMethod(t, addressable, g.pkg.Types, seg.Name)
+		if obj == nil && index == nil && indirect {
+			g.errorf(p.Pos, "key part %s: %s has a pointer receiver and %s is not addressable", p.Src, seg.Name, text)
+			return kp, false
+		}
+		_, viaPtr := t.Underlying().(*types.Pointer)
 		switch obj := obj.(type) {
 		case *types.Var:
 			if seg.Call {
@@ -95,7 +122,7 @@ func (g *pkgGen) keyPart(p directive.Part, sig *types.Signature, orig map[string
 			}
 			expr += "." + seg.Name
 			t = obj.Type()
-			fromCall = false
+			addressable = addressable || viaPtr
 		case *types.Func:
 			msig := obj.Signature()
 			if !seg.Call {
@@ -106,13 +133,17 @@ func (g *pkgGen) keyPart(p directive.Part, sig *types.Signature, orig map[string
 				g.errorf(p.Pos, "key part %s: %s.%s must take no arguments and return one value", p.Src, text, seg.Name)
 				return kp, false
 			}
-			if _, ptrRecv := msig.Recv().Type().(*types.Pointer); ptrRecv && fromCall {
-				g.errorf(p.Pos, "key part %s: %s has a pointer receiver and %s is not addressable", p.Src, seg.Name, text)
-				return kp, false
+			if len(index) > 1 {
+				// Promoted: the embedded pointers and interfaces it is
+				// reached through must not be nil either.
+				var good bool
+				if expr, good = g.embeddedNilChecks(p, t, index[:len(index)-1], expr, text, seg.Name, func(expr, text string) string { return nilCheck(&kp, expr, text) }); !good {
+					return kp, false
+				}
 			}
 			expr += "." + seg.Name + "()"
 			t = msig.Results().At(0).Type()
-			fromCall, calls = true, true
+			addressable, calls = false, true
 		default:
 			g.errorf(p.Pos, "key part %s: %s (%s) has no field or method %s%s", p.Src, text, t, seg.Name, directive.Suggest(seg.Name, fieldsAndMethods(t, g.pkg.Types)))
 			return kp, false
@@ -122,7 +153,7 @@ func (g *pkgGen) keyPart(p directive.Part, sig *types.Signature, orig map[string
 			text += "()"
 		}
 	}
-	kp, stringer, ok := g.keyValue(p, kp, expr, text, t, q)
+	kp, stringer, ok := g.keyValue(p, kp, expr, text, t, q, nilCheck)
 	if ok && kp.NonEmpty && kp.Str != "" && (calls || stringer) {
 		// Evaluate a method's result once: it is checked, then escaped.
 		kp.StrVar = n.alloc("part", "part")
@@ -132,15 +163,14 @@ func (g *pkgGen) keyPart(p directive.Part, sig *types.Signature, orig map[string
 
 // keyValue converts the part's final value to an escaped string.
 // stringer reports that the value is the result of a String call.
-func (g *pkgGen) keyValue(p directive.Part, kp templates.KeyPart, expr, text string, t types.Type, q *qual) (_ templates.KeyPart, stringer, ok bool) {
+func (g *pkgGen) keyValue(p directive.Part, kp templates.KeyPart, expr, text string, t types.Type, q *qual, nilCheck func(kp *templates.KeyPart, expr, text string) string) (_ templates.KeyPart, stringer, ok bool) {
 	if _, isTP := t.(*types.TypeParam); isTP {
 		g.errorf(p.Pos, "key part %s: %s has a type parameter's type; key parts must have concrete types", p.Src, text)
 		return kp, false, false
 	}
 	if ptr, ok := t.Underlying().(*types.Pointer); ok {
 		if _, basic := ptr.Elem().Underlying().(*types.Basic); basic {
-			kp.NilChecks = append(kp.NilChecks, templates.NilCheck{Expr: expr, Text: text})
-			expr, t = "*"+expr, ptr.Elem()
+			expr, t = "*"+nilCheck(&kp, expr, text), ptr.Elem()
 		}
 	}
 	if b, ok := t.Underlying().(*types.Basic); ok {
@@ -169,25 +199,63 @@ func (g *pkgGen) keyValue(p directive.Part, kp templates.KeyPart, expr, text str
 			return kp, false, true
 		}
 	}
-	_, isIface := t.Underlying().(*types.Interface)
-	_, isPtr := t.Underlying().(*types.Pointer)
-	nilable := isIface || isPtr
 	switch {
 	case types.Implements(t, stringerIface):
-		if nilable {
-			kp.NilChecks = append(kp.NilChecks, templates.NilCheck{Expr: expr, Text: text})
+		if nilable(t) {
+			expr = nilCheck(&kp, expr, text)
 		}
 		kp.Str, kp.NonEmpty, kp.Text = expr+".String()", true, text
 		return kp, true, true
 	case types.Implements(t, marshalIface):
-		if nilable {
-			kp.NilChecks = append(kp.NilChecks, templates.NilCheck{Expr: expr, Text: text})
+		if nilable(t) {
+			expr = nilCheck(&kp, expr, text)
 		}
 		kp.Marshal, kp.NonEmpty, kp.Text = expr+".MarshalText()", true, text
 		return kp, false, true
 	}
 	g.errorf(p.Pos, "key part %s: unsupported type %s (want %s)", p.Src, types.TypeString(t, types.RelativeTo(g.pkg.Types)), keyKinds)
 	return kp, false, false
+}
+
+// nilable reports whether a value of type t on a key path can be nil
+// where the path uses it: a pointer or an interface.
+func nilable(t types.Type) bool {
+	switch t.Underlying().(type) {
+	case *types.Pointer, *types.Interface:
+		return true
+	}
+	return false
+}
+
+// embeddedNilChecks nil-checks the embedded fields (index, from t) that a
+// promoted method is reached through, and returns the expression of the
+// last one when a check was needed (expr otherwise).
+func (g *pkgGen) embeddedNilChecks(p directive.Part, t types.Type, index []int, expr, text, method string, nilCheck func(expr, text string) string) (string, bool) {
+	e, tx := expr, text
+	checked, reachable := false, true
+	for _, i := range index {
+		if ptr, ok := t.Underlying().(*types.Pointer); ok {
+			t = ptr.Elem()
+		}
+		st, ok := t.Underlying().(*types.Struct)
+		if !ok {
+			return expr, true // not reached through fields
+		}
+		f := st.Field(i)
+		reachable = reachable && (f.Exported() || f.Pkg() == g.pkg.Types)
+		e, tx, t = e+"."+f.Name(), tx+"."+f.Name(), f.Type()
+		if nilable(t) {
+			if !reachable {
+				g.errorf(p.Pos, "key part %s: %s is promoted through the embedded %s, which this package cannot check for nil; call a method declared on the type itself", p.Src, method, tx)
+				return expr, false
+			}
+			e, checked = nilCheck(e, tx), true
+		}
+	}
+	if !checked {
+		return expr, true
+	}
+	return e, true
 }
 
 func fieldsAndMethods(t types.Type, pkg *types.Package) []string {

@@ -52,7 +52,10 @@ import (
 // (files and imports, then the imports' types) take 1.29–1.46×, and one
 // load with NeedTypes|NeedSyntax|NeedTypesInfo 8.6–9.4×: go list then
 // compiles the matched package.
-func load(dir string, fset *token.FileSet, patterns []string) ([]*packages.Package, error) {
+//
+// The imported packages are returned too (by path, with their files), so
+// that calls into their wrappers can be recognised (see depWrapperNames).
+func load(dir string, fset *token.FileSet, patterns []string) ([]*packages.Package, map[string]*packages.Package, error) {
 	var (
 		guess  map[string]bool // imports read from the files, or nil
 		parsed sync.Map        // file name -> *parsedFile, parsed ahead
@@ -89,10 +92,10 @@ func load(dir string, fset *token.FileSet, patterns []string) ([]*packages.Packa
 	depsWG.Wait()
 	wg.Wait()
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if depsErr != nil {
-		return nil, depsErr
+		return nil, nil, depsErr
 	}
 
 	// The files go list chose, parsed (most of them already are).
@@ -140,7 +143,7 @@ func load(dir string, fset *token.FileSet, patterns []string) ([]*packages.Packa
 	if len(missed) > 0 {
 		more, err := loadExports(dir, missed)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		if deps == nil {
 			deps = map[string]*packages.Package{}
@@ -201,10 +204,11 @@ func load(dir string, fset *token.FileSet, patterns []string) ([]*packages.Packa
 		tpkg, _ := conf.Check(r.PkgPath, fset, syntax[r], info)
 		r.Syntax, r.Types, r.TypesInfo = syntax[r], tpkg, info
 	}
-	return roots, nil
+	return roots, deps, nil
 }
 
-// loadExports lists the export data of packages (import paths), by path.
+// loadExports lists the export data of packages (import paths), by path,
+// and their files.
 func loadExports(dir string, paths []string) (map[string]*packages.Package, error) {
 	paths = slices.DeleteFunc(paths, func(p string) bool { return p == "unsafe" || p == "C" })
 	out := map[string]*packages.Package{}
@@ -213,7 +217,7 @@ func loadExports(dir string, paths []string) (map[string]*packages.Package, erro
 	}
 	slices.Sort(paths)
 	pkgs, err := packages.Load(&packages.Config{
-		Mode:       packages.NeedName | packages.NeedExportFile,
+		Mode:       packages.NeedName | packages.NeedExportFile | packages.NeedFiles,
 		Dir:        dir,
 		BuildFlags: []string{"-tags=" + BuildTag},
 	}, paths...)

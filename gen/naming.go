@@ -88,12 +88,39 @@ func (g *pkgGen) declare(pos token.Pos, name string, recv *types.Named) bool {
 		g.errorf(pos, "wrapper name %s is already declared at %s; choose another with name=", name, g.errs.where(existing.Pos()))
 		return false
 	}
+	if recv == nil {
+		// A package-level name must not be an import name of any file of
+		// the package, the generated one included (go build: "already
+		// declared through import of package").
+		if path, ok := g.importPaths[name]; ok {
+			g.errorf(pos, "wrapper name %s is the name the generated file imports package %s under; choose another with name=", name, path)
+			return false
+		}
+		if pn := g.fileImport(name); pn != nil {
+			file := ShortPath(g.errs.dir, g.fset.Position(pn.Pos()).Filename)
+			g.errorf(pos, "wrapper name %s is the name %s imports package %s under (%s); choose another with name=", name, file, pn.Imported().Path(), g.errs.where(pn.Pos()))
+			return false
+		}
+	}
 	if prev, ok := g.names[scopeKey]; ok {
 		g.errorf(pos, "wrapper name %s is also generated for the directive at %s; choose another with name=", name, g.errs.where(prev))
 		return false
 	}
 	g.names[scopeKey] = pos
 	return true
+}
+
+// fileImport returns the import that a file of the package (not
+// leasegen's output) names name, or nil.
+func (g *pkgGen) fileImport(name string) *types.PkgName {
+	scope := g.pkg.Types.Scope()
+	for i := range scope.NumChildren() {
+		pn, ok := scope.Child(i).Lookup(name).(*types.PkgName)
+		if ok && !g.generated[g.fset.Position(pn.Pos()).Filename] {
+			return pn
+		}
+	}
+	return nil
 }
 
 // locals allocates the wrapper's local names.

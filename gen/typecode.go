@@ -27,6 +27,9 @@ func (g *pkgGen) importName(path, name string) string {
 		if _, ok := g.importPaths[s]; ok {
 			return true
 		}
+		if _, ok := g.names[s]; ok {
+			return true // a package-level wrapper of this run
+		}
 		return g.pkg.Types != nil && g.pkg.Types.Scope().Lookup(s) != nil
 	}
 	unique := name

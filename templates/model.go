@@ -24,6 +24,10 @@ type Param struct {
 type NilCheck struct {
 	Expr string // the pointer expression
 	Text string // how the message names it, e.g. "req.Order"
+	// Var, when set, is a local that is assigned Expr before the check
+	// (Expr calls a method, which is then called once); the key's later
+	// expressions use Var.
+	Var string
 }
 
 // KeyPart is literal text or one {path} of a key template. A {path} has

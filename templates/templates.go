@@ -396,7 +396,12 @@ func body(w *Writer, x *Wrapper) {
 		for _, nc := range p.NilChecks {
 			if !checked[nc.Text] {
 				checked[nc.Text] = true
-				badKey(nc.Expr+" == nil", p.Src+": "+nc.Text+" is nil")
+				v := nc.Expr
+				if nc.Var != "" {
+					w.line(nc.Var + " := " + nc.Expr)
+					v = nc.Var
+				}
+				badKey(v+" == nil", p.Src+": "+nc.Text+" is nil")
 			}
 		}
 		switch {

@@ -21,6 +21,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"go/build"
 	"go/scanner"
 	"io"
 	"os"
@@ -50,6 +51,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	if strings.ContainsRune(*out, filepath.Separator) || !strings.HasSuffix(*out, ".go") || strings.HasSuffix(*out, "_test.go") {
 		fmt.Fprintf(stderr, "leasegen: -o %q: want a file name ending in .go (not _test.go), without a directory\n", *out)
+		return 2
+	}
+	if !everyBuild(*out) {
+		fmt.Fprintf(stderr, "leasegen: -o %q: go build would not compile a file of that name on every platform (it ignores names starting with _ or ., and builds names ending in _GOOS or _GOARCH only there); choose a name such as lease_gen.go\n", *out)
 		return 2
 	}
 	cfg := gen.Config{Patterns: fs.Args(), Output: *out, PathBase: pathBase(), Warn: func(w scanner.Error) { fmt.Fprintln(stderr, w.Error()) }}
@@ -103,6 +108,17 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	return 0
+}
+
+// everyBuild reports whether go build compiles a Go file of this name on
+// every platform: go/build's own name rules, asked for a platform that no
+// _GOOS or _GOARCH suffix names.
+func everyBuild(name string) bool {
+	ctx := build.Default
+	ctx.GOOS, ctx.GOARCH, ctx.BuildTags = "leasegenos", "leasegenarch", nil
+	ctx.OpenFile = func(string) (io.ReadCloser, error) { return io.NopCloser(strings.NewReader("package p\n")), nil }
+	ok, err := ctx.MatchFile(".", name)
+	return err == nil && ok
 }
 
 // writeAtomic writes data to a temporary file beside path and renames it

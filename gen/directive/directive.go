@@ -182,6 +182,11 @@ func Parse(pos token.Pos, text string) (*Directive, []Error) {
 	}
 	seen := map[string]bool{}
 	for _, a := range args {
+		if strings.HasPrefix(a.Arg, "//") {
+			errs = append(errs, errorf(a.Pos, "a directive takes no trailing comment: put the note on a line of its own"))
+			d.Invalid = true
+			break
+		}
 		name, val, hasVal := strings.Cut(a.Arg, "=")
 		if seen[name] {
 			errs = append(errs, errorf(a.Pos, "duplicate option %s", name))
@@ -316,7 +321,16 @@ func (d *Directive) set(name, val string, hasVal bool, pos, valPos token.Pos) (E
 	case "wait":
 		return dur(&d.Wait)
 	case "min-validity":
-		return dur(&d.MinValidity)
+		if e, ok := dur(&d.MinValidity); !ok {
+			return e, false
+		}
+		if d.MinValidity.V == 0 {
+			// lease.Spec and lease.LeadSpec read a zero MinValidity as
+			// their default, ttl/2: 0 would promise what the call does not do.
+			d.MinValidity = Duration{}
+			return errorf(valPos, "min-validity must be positive: the runtime reads 0 as its default, ttl/2 (for the least margin, write a small duration such as min-validity=1ms)"), false
+		}
+		return Error{}, true
 	case "hold-min":
 		return dur(&d.HoldMin)
 	case "keep":

@@ -286,3 +286,15 @@ func TestQuotedKeyPositions(t *testing.T) {
 		}
 	}
 }
+
+// Adversary round 22: a note after the options ("// why") is one error
+// saying directives take no trailing comment; each of its words was an
+// unknown option ("note": did you mean name?).
+func TestTrailingCommentIsOneError(t *testing.T) {
+	for _, text := range []string{"//lease:lock k deadline=1s // the note", "//lease:defaults ttl=1s //note", "//lease:leader k // why"} {
+		_, errs := Parse(100, text)
+		if len(errs) != 1 || !strings.Contains(errs[0].Msg, "a directive takes no trailing comment") || int(errs[0].Pos-100) != strings.Index(text[2:], "//")+2 {
+			t.Errorf("%q: %v; want one error at the second //", text, errs)
+		}
+	}
+}

@@ -93,3 +93,35 @@ func (n *Node) run(ctx context.Context, shard int) error {
 	<-ctx.Done()
 	return nil
 }
+
+// Namer names something; a nil Namer on a key path is a bad key.
+type Namer interface{ Name() string }
+
+// Inner is embedded by pointer in Wrapped.
+type Inner struct{ ID string }
+
+// Key is promoted to Wrapped through its embedded *Inner.
+func (i Inner) Key() string { return i.ID }
+
+// Wrapped reaches its key through values that may be nil.
+type Wrapped struct {
+	*Inner
+	Named Namer
+}
+
+// viaIface calls a method of an interface parameter on its key path.
+//
+//lease:lock e2e:iface:{n.Name()}
+func viaIface(ctx context.Context, c *lease.Client, n Namer) error {
+	Calls.Add(1)
+	return nil
+}
+
+// viaEmbedded reaches its key through an embedded pointer and an
+// interface field.
+//
+//lease:lock e2e:embedded:{w.Key()}:{w.Named.Name()}
+func viaEmbedded(ctx context.Context, c *lease.Client, w Wrapped) error {
+	Calls.Add(1)
+	return nil
+}

@@ -248,3 +248,34 @@ func TestLeaderWrapper(t *testing.T) {
 		t.Fatalf("b's RunAsLeader = %v, want nil", err)
 	}
 }
+
+type name string
+
+func (n name) Name() string { return string(n) }
+
+// Adversary round 22: a nil interface or embedded pointer on a key path
+// is a bad key, as a nil pointer is; the wrappers panicked.
+func TestNilInterfaceOrEmbeddedOnKeyPathIsBadKey(t *testing.T) {
+	c := client(t)
+	before := Calls.Load()
+	call := func(what string, f func() error) {
+		t.Helper()
+		defer func() {
+			if r := recover(); r != nil {
+				t.Errorf("%s: the wrapper panicked: %v", what, r)
+			}
+		}()
+		if err := f(); !errors.Is(err, lease.ErrBadKey) {
+			t.Errorf("%s = %v, want ErrBadKey", what, err)
+		}
+	}
+	call("ViaIface(nil)", func() error { return ViaIface(context.Background(), c, nil) })
+	call("ViaEmbedded(no Inner)", func() error { return ViaEmbedded(context.Background(), c, Wrapped{Named: name("x")}) })
+	call("ViaEmbedded(no Named)", func() error { return ViaEmbedded(context.Background(), c, Wrapped{Inner: &Inner{ID: "1"}}) })
+	if Calls.Load() != before {
+		t.Fatal("function called with a nil key path")
+	}
+	if err := ViaEmbedded(context.Background(), c, Wrapped{Inner: &Inner{ID: "1"}, Named: name("x")}); err != nil {
+		t.Fatal(err)
+	}
+}
