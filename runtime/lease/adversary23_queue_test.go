@@ -474,3 +474,69 @@ func fmtErr(err error) string {
 	}
 	return "other: " + err.Error()
 }
+
+// ForceRelease of the holder races its own release (a handover), and the
+// waiter gives up (its context ends) right as it is handed the key. Each
+// round, once both calls have returned: the queue holds nothing, and the
+// key is free at once or within a short orphan release (not a claim or a
+// TTL held for the waiter that left).
+func TestAdversary23_ForceReleaseAndGiveUpAtHandover(t *testing.T) {
+	srv := leasetest.StartRedis(t)
+	admin := srv.Client(t)
+	hc, _ := adv23Client(t, srv.Addr())
+	wc, _ := adv23Client(t, srv.Addr())
+	fc, _ := adv23Client(t, srv.Addr())
+	warm(t, hc, "warm")
+	warm(t, wc, "warm")
+	warm(t, fc, "warm")
+	ctx := context.Background()
+	var slowest time.Duration
+	for round := 0; round < 16; round++ {
+		key := "fr"
+		idc := make(chan string, 1)
+		release := make(chan struct{})
+		hdone := make(chan error, 1)
+		go func() {
+			hdone <- hc.Do(ctx, key, lease.Spec{TTL: 2 * time.Second, Deadline: 5 * time.Second, Fence: round%2 == 0}, func(ctx context.Context) error {
+				l, _ := lease.FromContext(ctx)
+				idc <- l.Owner()
+				select {
+				case <-release:
+				case <-ctx.Done():
+				}
+				return nil
+			})
+		}()
+		hid := <-idc
+		wctx, cancel := context.WithCancel(ctx)
+		wdone := make(chan error, 1)
+		go func() {
+			wdone <- wc.Do(wctx, key, lease.Spec{TTL: 2 * time.Second, Deadline: 5 * time.Second, Wait: 4 * time.Second, Fence: round%3 == 0}, func(context.Context) error { return nil })
+		}()
+		if !waitFor(3*time.Second, func() bool { return admin.ZCard(ctx, "lease:{"+key+"}:q").Val() == 1 }) {
+			t.Fatal("W never queued")
+		}
+		time.Sleep(20 * time.Millisecond)
+		d := time.Duration(round%4) * 300 * time.Microsecond
+		go func() { time.Sleep(d); cancel() }()
+		if round%2 == 0 {
+			go func() { _, _ = fc.ForceRelease(ctx, key, hid) }()
+		}
+		close(release)
+		herr, werr := <-hdone, <-wdone
+		ended := time.Now()
+		m, x := adv23Queue(t, admin, key)
+		if len(m)+len(x) != 0 {
+			t.Errorf("round %d: after both calls returned (H %v; W %v) the queue holds %v %v", round, herr, werr, m, x)
+		}
+		if !waitFor(3*time.Second, func() bool { return admin.Exists(ctx, lockKey(key)).Val() == 0 }) {
+			t.Fatalf("round %d: the key is still held by %q", round, admin.Get(ctx, lockKey(key)).Val())
+		}
+		took := time.Since(ended)
+		slowest = max(slowest, took)
+		if took > 300*time.Millisecond {
+			t.Errorf("round %d: the key was held %v after both calls returned (W = %v)", round, took.Round(time.Millisecond), werr)
+		}
+	}
+	t.Logf("the key was free at most %v after both calls returned", slowest.Round(time.Millisecond))
+}
