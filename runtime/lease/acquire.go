@@ -115,11 +115,6 @@ func (a *call) acquireOnce(ctx context.Context, waitUntil time.Time) (*Lease, ti
 // granted makes the call's lease for a confirmed grant (a.sent and a.token
 // set).
 func (a *call) granted(tok Token, validUntil time.Time) *Lease {
-	// Every grant takes the call's entry out of the queue: the acquire
-	// that found the key free, or the release that handed it over (which
-	// a replayed or confirming acquire then finds). The call's release
-	// need not (see sendRelease).
-	a.dequeued = true
 	l := &a.lease // one allocation with the call
 	l.c, l.a, l.key, l.owner, l.token, l.fenced = a.c, a, a.key, a.id, tok, a.spec.Fence
 	l.validUntil, l.lost = validUntil, make(chan struct{})

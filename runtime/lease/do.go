@@ -108,23 +108,22 @@ var errPanicked = errors.New("lease: the function panicked")
 
 // call is the state of one Do.
 type call struct {
-	c        *Client
-	ctx      context.Context // the caller's, for events
-	key      string
-	k        keys
-	spec     Spec
-	id       string    // this attempt's identity
-	member   string    // its entry in the key's queue, once it waited
-	dequeued bool      // granted: the grant took member out of the queue
-	tomb     string    // its release tombstone key
-	start    time.Time // the call's start (monotonic)
-	end      time.Time // start+Deadline, or ctx's deadline if earlier
-	reserve  time.Duration
-	idValue  string          // id + ":0": the lock's value for an unfenced grant
-	sent     time.Time       // when the granting acquire was sent
-	entered  time.Time       // when fn was entered (zero if it was not)
-	inFn     atomic.Bool     // fn is running (nested calls may reuse the lease)
-	lctx     context.Context // fn's context without the lease value (see reenter)
+	c       *Client
+	ctx     context.Context // the caller's, for events
+	key     string
+	k       keys
+	spec    Spec
+	id      string    // this attempt's identity
+	member  string    // its entry in the key's queue, once it waited
+	tomb    string    // its release tombstone key
+	start   time.Time // the call's start (monotonic)
+	end     time.Time // start+Deadline, or ctx's deadline if earlier
+	reserve time.Duration
+	idValue string          // id + ":0": the lock's value for an unfenced grant
+	sent    time.Time       // when the granting acquire was sent
+	entered time.Time       // when fn was entered (zero if it was not)
+	inFn    atomic.Bool     // fn is running (nested calls may reuse the lease)
+	lctx    context.Context // fn's context without the lease value (see reenter)
 
 	// fn's contexts (makeContexts), its context with the lease (run), and
 	// the acquire's and release's contexts, allocated with the call.

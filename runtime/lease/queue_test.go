@@ -12,13 +12,13 @@ import (
 	"github.com/leasegen/leasegen/runtime/lease"
 )
 
-// A granted call's release does not touch the key's queue: every grant
-// (the acquire that found the key free, or the release that waited it
-// over) has taken the call's entry out already. Checked here: after a
-// chain of handovers between Clients, every call having waited, the queue
-// and its expiries are empty at once (an entry left behind would only
-// expire a re-check later, and a release would hand the key to it), and
-// no two calls overlapped.
+// Every grant takes the call's entry out of the key's queue: the release
+// that handed the key over, or the acquire that found it free. Checked
+// here for the first: after a chain of handovers between Clients, every
+// call having waited, the queue and its expiries are empty at once (an
+// entry left behind would only expire a re-check later, and a release
+// would hand the key to it), and no two calls overlapped. (The release
+// still takes the caller's entry out too: see sendRelease.)
 func TestHandoverChainLeavesQueueEmpty(t *testing.T) {
 	const clients, calls = 4, 25
 	key := uniqueKey(t)
@@ -68,8 +68,8 @@ func TestHandoverChainLeavesQueueEmpty(t *testing.T) {
 
 // The other kind of grant to a waiter: the holder's lease runs out (no
 // release, no handover), and the waiter's next acquire finds the key free.
-// That acquire takes the waiter's entry out of the queue; its release
-// leaves nothing behind either.
+// That acquire takes the waiter's entry out of the queue (checked inside
+// fn, before the call's own release); the release leaves nothing behind.
 func TestWaiterGrantedOnExpiryLeavesQueueEmpty(t *testing.T) {
 	c, rec := sharedClient(t)
 	rdb := shared.Client(t)
