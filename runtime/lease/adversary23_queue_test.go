@@ -63,14 +63,14 @@ func adv23Client(t *testing.T, addr string, opts ...lease.Option) (*lease.Client
 // failover to a replica that had the queue entry but not yet the
 // handover). W's entry is back in the queue although W was granted and
 // is running: W's renewal finds the key not its own and W returns ErrLost.
-// Before 3c3844c, W's release removed W's entry whatever the key held
-// (release.lua ZREMs ARGV[6] first). Since 3c3844c a granted call's
-// release passes no member: W's entry of a call that returned stays for
-// its full lifetime (2 re-checks + 100ms), and the next release hands the
-// key to W's dead identity. W's Client is alive and subscribed, so the key
-// is set for W's full TTL; its hub does not release it (W's call was
-// granted, so it is not among the departed waiters). The next waiter Q
-// waits W's TTL instead of getting the key at once.
+// W's release must take W's entry out whatever the key holds (release.lua
+// ZREMs ARGV[6] first). 3c3844c stopped that for granted calls (every
+// grant had taken the entry out), and this test found the cost: W's entry
+// outlived W's call, and the next release handed the key to W's dead
+// identity, for W's full TTL because W's Client was alive and subscribed
+// (its hub does not release it: W's call was granted, so it is not among
+// the departed waiters). The next waiter Q waited 3s (W's TTL) instead of
+// getting the key at once. 8153029 restored the removal.
 func TestAdversary23_StaleRestartLeavesGrantedEntry(t *testing.T) {
 	srv := leasetest.StartRedis(t)
 	admin := srv.Client(t)
