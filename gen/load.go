@@ -153,6 +153,9 @@ func load(dir string, fset *token.FileSet, patterns []string) ([]*packages.Packa
 
 	sizes := types.SizesFor("gc", goarch())
 	imported := map[string]*types.Package{} // shared, so types are identical across roots
+	if err := sourceDeps(dir, fset, sizes, deps, imported); err != nil {
+		return nil, nil, err
+	}
 	for _, r := range roots {
 		if len(r.Errors) > 0 {
 			continue
@@ -309,4 +312,115 @@ func goarch() string {
 		return a
 	}
 	return runtime.GOARCH
+}
+
+// sourceDeps type-checks from source the imports go list could not compile
+// (to export data) with -tags leasegen: a package that calls its own
+// wrappers, or an import's, does not compile without the generated files
+// (and one importing such a package gets no export data, with no error).
+// Errors naming a wrapper that the package's or its imports' directives
+// generate are forgiven, as they are in the matched packages; a package
+// with any other error keeps go list's error, reported at the import. The
+// packages read here are put in imported. Their own imports missing from
+// deps are listed in one more go list (per level of such packages).
+func sourceDeps(dir string, fset *token.FileSet, sizes types.Sizes, deps map[string]*packages.Package, imported map[string]*types.Package) error {
+	files := map[string][]*ast.File{} // failed imports, parsed (empty: unparsable)
+	for {
+		var missing []string
+		for _, path := range slices.Sorted(maps.Keys(deps)) {
+			d := deps[path]
+			if (len(d.Errors) == 0 && d.ExportFile != "") || len(d.GoFiles) == 0 || files[path] != nil {
+				continue
+			}
+			fs := []*ast.File{}
+			for _, name := range d.GoFiles {
+				f, err := parser.ParseFile(fset, name, nil, parser.ParseComments|parser.SkipObjectResolution)
+				if err != nil {
+					fs = []*ast.File{}
+					break
+				}
+				fs = append(fs, f)
+			}
+			files[path] = fs
+			for _, f := range fs {
+				for _, imp := range f.Imports {
+					p, _ := strconv.Unquote(imp.Path.Value)
+					if p != "unsafe" && p != "C" && deps[p] == nil && !slices.Contains(missing, p) {
+						missing = append(missing, p)
+					}
+				}
+			}
+		}
+		if len(missing) == 0 {
+			break
+		}
+		more, err := loadExports(dir, missing)
+		if err != nil {
+			return err
+		}
+		maps.Copy(deps, more)
+	}
+	done := map[string]bool{}
+	var check func(path string)
+	check = func(path string) {
+		if done[path] {
+			return
+		}
+		done[path] = true
+		fs := files[path]
+		if len(fs) == 0 {
+			return
+		}
+		forgiven := map[string]bool{}
+		imports := map[string]*packages.Package{}
+		for _, f := range fs {
+			for _, n := range wrapperNames(f) {
+				forgiven[n] = true
+			}
+			for _, imp := range f.Imports {
+				p, _ := strconv.Unquote(imp.Path.Value)
+				if files[p] != nil {
+					check(p)
+				}
+				if d := deps[p]; d != nil {
+					imports[p] = d
+				}
+			}
+		}
+		for _, n := range depWrapperNames(imports) {
+			forgiven[n] = true
+		}
+		ok := true
+		conf := types.Config{
+			Sizes: sizes,
+			Importer: importerFunc(func(p string) (*types.Package, error) {
+				if p == "unsafe" {
+					return types.Unsafe, nil
+				}
+				if tp := imported[p]; tp != nil && tp.Complete() {
+					return tp, nil
+				}
+				d := deps[p]
+				if d == nil || len(d.Errors) > 0 {
+					return nil, fmt.Errorf("no export data for %s", p)
+				}
+				return readExport(fset, imported, p, d.ExportFile)
+			}),
+			Error: func(err error) {
+				if te, isType := err.(types.Error); isType && forgiven[missingName(packages.Error{Msg: te.Msg, Kind: packages.TypeError})] {
+					return
+				}
+				ok = false
+			},
+		}
+		tpkg, _ := conf.Check(path, fset, fs, nil)
+		if ok {
+			imported[path] = tpkg
+			deps[path].Errors = nil
+		}
+	}
+	for _, path := range slices.Sorted(maps.Keys(files)) {
+		check(path)
+	}
+	return nil
 }

@@ -358,3 +358,141 @@ func TestOtherGeneratedFileIsAnError(t *testing.T) {
 		t.Fatal("leases.go written next to lease_gen.go")
 	}
 }
+
+// Adversary round 24 on 23ca6f2: the imported package calls its own
+// wrapper (as example/ does). Read with -tags leasegen, without its
+// generated file, it does not compile, so its export data is missing and
+// the caller could not be generated.
+func TestAdversary24_ImportCallingItsOwnWrappers(t *testing.T) {
+	dir := setup(t, `package p
+
+import (
+	"context"
+
+	"github.com/leasegen/leasegen/runtime/lease"
+)
+
+//lease:lock a:{id} deadline=5s
+func charge(ctx context.Context, id string) error { return nil }
+
+// Pay charges under the lease.
+func Pay(ctx context.Context, c *lease.Client, id string) error { return Charge(ctx, c, id) }
+`)
+	mod := filepath.Dir(dir)
+	caller := filepath.Join(mod, "q")
+	os.MkdirAll(caller, 0o755)
+	write(t, filepath.Join(caller, "q.go"), `package q
+
+import (
+	"context"
+
+	"example.com/golden/p"
+	"github.com/leasegen/leasegen/runtime/lease"
+)
+
+//lease:lock q:{id} deadline=5s
+func handle(ctx context.Context, c *lease.Client, id string) error {
+	return p.Pay(ctx, c, id)
+}
+`)
+	for _, step := range []string{dir, caller} {
+		t.Chdir(step)
+		if code, _, stderr := leasegen(); code != 0 {
+			t.Fatalf("leasegen in %s = %d: %s", step, code, stderr)
+		}
+	}
+	t.Chdir(mod)
+	if code, _, stderr := leasegen("./..."); code != 0 {
+		t.Fatalf("leasegen ./... = %d: %s", code, stderr)
+	}
+	if b, err := exec.Command("go", "vet", "./...").CombinedOutput(); err != nil {
+		t.Fatalf("go vet ./...: %v\n%s", err, b)
+	}
+}
+
+// The same through a chain: r calls its own wrapper, p (no directives)
+// calls r's, q imports p. A dependency that is broken for another reason
+// is still refused at its import with go list's message.
+func TestAdversary24_ImportChainCallingWrappers(t *testing.T) {
+	dir := setup(t, `package p
+
+import (
+	"context"
+
+	"example.com/golden/r"
+	"github.com/leasegen/leasegen/runtime/lease"
+)
+
+// Pay pays.
+func Pay(ctx context.Context, c *lease.Client, id string) error { return r.Charge(ctx, c, id) }
+`)
+	mod := filepath.Dir(dir)
+	for name, src := range map[string]string{
+		"r": `package r
+
+import (
+	"context"
+
+	"github.com/leasegen/leasegen/runtime/lease"
+)
+
+//lease:lock a:{id} deadline=5s
+func charge(ctx context.Context, id string) error { return nil }
+
+// Again charges.
+func Again(ctx context.Context, c *lease.Client, id string) error { return Charge(ctx, c, id) }
+`,
+		"q": `package q
+
+import (
+	"context"
+
+	"example.com/golden/p"
+	"github.com/leasegen/leasegen/runtime/lease"
+)
+
+//lease:lock q:{id} deadline=5s
+func handle(ctx context.Context, c *lease.Client, id string) error {
+	return p.Pay(ctx, c, id)
+}
+`,
+		"broken": `package broken
+
+// X is broken.
+func X() int { return undefinedThing }
+`,
+		"usebroken": `package usebroken
+
+import (
+	"context"
+
+	"example.com/golden/broken"
+)
+
+//lease:lock q:{id} deadline=5s
+func handle(ctx context.Context, id string) error {
+	_ = broken.X()
+	return nil
+}
+`} {
+		os.MkdirAll(filepath.Join(mod, name), 0o755)
+		write(t, filepath.Join(mod, name, name+".go"), src)
+	}
+	t.Chdir(filepath.Join(mod, "q"))
+	if code, _, stderr := leasegen(); code != 0 {
+		t.Fatalf("leasegen in q = %d: %s", code, stderr)
+	}
+	t.Chdir(filepath.Join(mod, "usebroken"))
+	if code, _, stderr := leasegen(); code != 1 || !strings.Contains(stderr, "undefined: undefinedThing") {
+		t.Fatalf("leasegen in usebroken = %d: %s; want 1 and broken's error", code, stderr)
+	}
+	t.Chdir(mod)
+	os.RemoveAll(filepath.Join(mod, "broken"))
+	os.RemoveAll(filepath.Join(mod, "usebroken"))
+	if code, _, stderr := leasegen("./..."); code != 0 {
+		t.Fatalf("leasegen ./... = %d: %s", code, stderr)
+	}
+	if b, err := exec.Command("go", "vet", "./...").CombinedOutput(); err != nil {
+		t.Fatalf("go vet ./...: %v\n%s", err, b)
+	}
+}
