@@ -101,6 +101,11 @@ func (g *pkgGen) declare(pos token.Pos, name string, recv *types.Named) bool {
 			g.errorf(pos, "wrapper name %s is the name %s imports package %s under (%s); choose another with name=", name, file, pn.Imported().Path(), g.errs.where(pn.Pos()))
 			return false
 		}
+		if spec, path := g.dotImport(name); spec != nil {
+			file := ShortPath(g.errs.dir, g.fset.Position(spec.Pos()).Filename)
+			g.errorf(pos, "wrapper name %s is a name %s dot-imports from package %s (%s); choose another with name=", name, file, path, g.errs.where(spec.Pos()))
+			return false
+		}
 	}
 	if prev, ok := g.names[scopeKey]; ok {
 		g.errorf(pos, "wrapper name %s is also generated for the directive at %s; choose another with name=", name, g.errs.where(prev))
@@ -121,6 +126,27 @@ func (g *pkgGen) fileImport(name string) *types.PkgName {
 		}
 	}
 	return nil
+}
+
+// dotImport returns the import (import . "path") through which a file of
+// the package (not leasegen's output) declares name in its file block, or
+// nil: go build refuses a package-level declaration of that name
+// ("already declared through dot-import of package").
+func (g *pkgGen) dotImport(name string) (*ast.ImportSpec, string) {
+	for _, f := range g.files() {
+		for _, spec := range f.Imports {
+			if spec.Name == nil || spec.Name.Name != "." {
+				continue
+			}
+			path, _ := strconv.Unquote(spec.Path.Value)
+			for _, imp := range g.pkg.Types.Imports() {
+				if imp.Path() == path && imp.Scope().Lookup(name) != nil && token.IsExported(name) {
+					return spec, path
+				}
+			}
+		}
+	}
+	return nil, ""
 }
 
 // locals allocates the wrapper's local names.
