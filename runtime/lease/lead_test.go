@@ -633,7 +633,8 @@ type watched struct {
 	at time.Time
 }
 
-// A graceful handover is reported because the release tells the watch,
+// A graceful handover, and a graceful stop with nobody waiting, are
+// reported because the release tells the watch,
 // not because a re-check happens to come soon: the terms last a minute and
 // the watch re-checks once a minute, so a report within seconds of the
 // stop can only come from the release's notification. (A timing bound
@@ -679,7 +680,9 @@ func TestWatchLeaderHandoverNotified(t *testing.T) {
 	runs[0].stop(t)
 	t1 := e.next(5 * time.Second)
 	expect("the handover", 5*time.Second, func(l lease.Leader) bool { return l.Owner == cands[1].name && l.Term == t1.token })
+	// A graceful stop with nobody waiting: the term's release says so.
 	runs[1].stop(t)
+	expect("nobody after the last leader stopped", 5*time.Second, func(l lease.Leader) bool { return l.Holder == "" && l.Err == nil })
 	e.markLostFromEvents(cands...)
 	e.check()
 }

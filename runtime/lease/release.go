@@ -71,11 +71,16 @@ func (a *call) release(ctx context.Context, hold time.Duration) released {
 // the key to this finished call. So the release takes it out anyway
 // (TestAdversary23_StaleRestartLeavesGrantedEntry).
 func (a *call) sendRelease(ctx context.Context, hold time.Duration) (int64, error) {
-	return a.c.releaseWith(ctx, a.newRelArgs(), &a.k, &a.tomb, &a.id, &a.member, hold, "1")
+	tomb := "1"
+	if a.unbounded {
+		tomb = "l" // a leader term: a watch hears it step down (release.lua)
+	}
+	return a.c.releaseWith(ctx, a.newRelArgs(), &a.k, &a.tomb, &a.id, &a.member, hold, tomb)
 }
 
 // releaseAs runs the release script for identity id: the holder's own
-// release (tomb "1") or one forced from outside (tomb "x").
+// release (tomb "1", or "l" for a leader term's) or one forced from
+// outside (tomb "x").
 func (c *Client) releaseAs(ctx context.Context, k keys, id, member string, hold time.Duration, tomb string) (int64, error) {
 	tombKey := k.tomb + id
 	return c.releaseWith(ctx, nil, &k, &tombKey, &id, &member, hold, tomb)
@@ -106,8 +111,11 @@ func (c *Client) releaseWith(ctx context.Context, r *relArgs, k *keys, tombKey, 
 		memberArg = sarg(member)
 	}
 	tombArg := tombOwn
-	if tomb != "1" {
+	switch tomb {
+	case "x":
 		tombArg = tombForced
+	case "l":
+		tombArg = tombLeader
 	}
 	r.argv = [...]any{nil, nil, "6",
 		sarg(&k.lock), sarg(&k.channel), sarg(tombKey), sarg(&k.fence), sarg(&k.queue), sarg(&k.qexp),
@@ -137,7 +145,7 @@ func (c *Client) publishRefused(k *keys) {
 }
 
 // Tombstone values, boxed once.
-var tombOwn, tombForced any = "1", "x"
+var tombOwn, tombForced, tombLeader any = "1", "x", "l"
 
 // forcedFromOutside reports whether identity id's lease was released by
 // ForceRelease (its tombstone says so), to name the cause of a loss.

@@ -14,8 +14,11 @@
 -- ARGV[1] identity, ARGV[2] hold ms, ARGV[3] publish command,
 -- ARGV[4] tombstone ttl ms, ARGV[5] counter ttl ms, ARGV[6] the caller's
 -- queue member ("" if it never queued), ARGV[7] the tombstone's value: "1"
--- for the holder's own release, "x" for a release forced from outside
--- (Client.ForceRelease: the holder then learns it lost the lease)
+-- for the holder's own release, "l" for a leader term's own release (as
+-- "1", and a release with nobody waiting says "r" on the key's channel, so
+-- that a WatchLeader hears a leader step down at once), "x" for a release
+-- forced from outside (Client.ForceRelease: the holder then learns it lost
+-- the lease)
 -- Returns 1 released (or handed over, or a replay of either), 2 hold set
 -- (each + 10 when a message was refused, see below),
 -- 0 not held (expired or deleted from outside), -1 held by another, -3
@@ -155,4 +158,5 @@ if #head > 0 then
   end
 end
 redis.call('DEL', KEYS[1])
-return 1
+if ARGV[7] == 'l' then announce(ARGV[3], KEYS[2], 'r') end
+return result(1)
