@@ -124,7 +124,7 @@ func Generate(cfg Config) ([]File, error) {
 			continue
 		}
 		g := newPkgGen(p, fset, el)
-		g.tests = parseTests(fset, filepath.Dir(firstFile(p)))
+		g.tests, g.internalTests = parseTests(fset, filepath.Dir(firstFile(p)), p.Name)
 		m := g.build()
 		for n := range g.names {
 			allNames = append(allNames, n[strings.LastIndex(n, ".")+1:])
@@ -250,22 +250,42 @@ func wrapperNames(f *ast.File) []string {
 	return names
 }
 
-// parseTests parses the _test.go files in dir that mention "lease:" in
-// any case (the rest cannot hold a directive), for their comments only.
-// Files that do not parse are skipped: compiling tests is go test's job.
-func parseTests(fset *token.FileSet, dir string) []*ast.File {
+// parseTests parses the _test.go files in dir: those that mention
+// "lease:" in any case (the rest cannot hold a directive), for their
+// comments, returned in tests; and the internal ones (package pkgName, not
+// pkgName_test) that go test builds, returned in internal, for their
+// top-level declarations and imports, which share the package block with
+// the wrappers (see testClash). Files that do not parse are skipped:
+// compiling tests is go test's job.
+func parseTests(fset *token.FileSet, dir, pkgName string) (tests, internal []*ast.File) {
 	names, _ := filepath.Glob(filepath.Join(dir, "*_test.go"))
-	var fs []*ast.File
+	ctx := buildContext(false)
 	for _, name := range names {
 		src, err := os.ReadFile(name)
-		if err != nil || !bytes.Contains(bytes.ToLower(src), []byte("lease:")) {
+		if err != nil {
 			continue
 		}
-		if f, _ := parser.ParseFile(fset, name, src, parser.ParseComments|parser.SkipObjectResolution); f != nil {
-			fs = append(fs, f)
+		directives := bytes.Contains(bytes.ToLower(src), []byte("lease:"))
+		isInternal := false
+		if f, _ := parser.ParseFile(token.NewFileSet(), name, src, parser.PackageClauseOnly); f != nil && f.Name.Name == pkgName {
+			ok, err := ctx.MatchFile(dir, filepath.Base(name))
+			isInternal = err == nil && ok
+		}
+		if !directives && !isInternal {
+			continue
+		}
+		f, _ := parser.ParseFile(fset, name, src, parser.ParseComments|parser.SkipObjectResolution)
+		if f == nil {
+			continue
+		}
+		if directives {
+			tests = append(tests, f)
+		}
+		if isInternal {
+			internal = append(internal, f)
 		}
 	}
-	return fs
+	return tests, internal
 }
 
 // CompileError is Generate's error when the packages do not compile:
