@@ -343,11 +343,16 @@ func checkOutput(p *packages.Package, out, base string) error {
 }
 
 // otherOutput returns a file of p other than out that leasegen generated
-// (with -o under another name), or "". Its //go:build !leasegen puts it
-// among the files the load ignored.
+// (with -o under another name) and that go build compiles, or "". Its
+// //go:build !leasegen puts it among the files the load ignored; a copy
+// the build never compiles (//go:build ignore) declares nothing.
 func otherOutput(p *packages.Package, out string) string {
+	ctx := buildContext(false)
 	for _, f := range p.IgnoredFiles {
-		if f != out && strings.HasSuffix(f, ".go") && !strings.HasSuffix(f, "_test.go") && isGenerated(f) {
+		if f == out || !strings.HasSuffix(f, ".go") || strings.HasSuffix(f, "_test.go") || !isGenerated(f) {
+			continue
+		}
+		if ok, err := ctx.MatchFile(filepath.Dir(f), filepath.Base(f)); err == nil && ok {
 			return f
 		}
 	}
