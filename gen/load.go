@@ -397,8 +397,10 @@ func sourceDeps(dir string, fset *token.FileSet, sizes types.Sizes, deps map[str
 				}
 			}
 		}
-		for _, n := range depWrapperNames(imports) {
-			forgiven[n] = true
+		for _, names := range depWrapperNames(imports) {
+			for _, n := range names {
+				forgiven[n] = true
+			}
 		}
 		ok := true
 		conf := types.Config{

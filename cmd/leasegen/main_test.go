@@ -518,3 +518,70 @@ func TestAdversary25_IgnoredOldOutputIsNoSecondOutput(t *testing.T) {
 		t.Fatalf("leasegen with a built old output = %d %q; want 1 naming old.go", code, stderr)
 	}
 }
+
+// Adversary round 25 on 23ca6f2: the names imports generate were forgiven
+// as bare names. A call to Charge in q, which declares and generates no
+// Charge, was accepted because p generates Charge, and so was r.Charge
+// for an import r that generates none; go build then failed. A call is
+// forgiven only when the package it names generates it: q's own
+// directives for a bare name (or a dot import's), the import's for p.X.
+func TestAdversary25_ForgivenPerPackage(t *testing.T) {
+	setup(t, `package p
+
+import "context"
+
+//lease:lock a:{id} deadline=5s
+func charge(ctx context.Context, id string) error { return nil }
+`)
+	mod := filepath.Dir(filepath.Join(mustGetwd(t)))
+	os.MkdirAll(filepath.Join(mod, "r"), 0o755)
+	write(t, filepath.Join(mod, "r", "r.go"), "package r\n\nfunc Other() {}\n")
+	caller := filepath.Join(mod, "q")
+	os.MkdirAll(caller, 0o755)
+	const head = `package q
+
+import (
+	"context"
+
+	"example.com/golden/p"
+	"example.com/golden/r"
+	"github.com/leasegen/leasegen/runtime/lease"
+)
+
+var _ = r.Other
+
+//lease:lock q:{id} deadline=5s
+func refund(ctx context.Context, c *lease.Client, id string) error {
+	_ = p.Charge(ctx, c, id)
+	_ = Refund
+`
+	for _, bad := range []string{"return Charge(ctx, c, id)", "return r.Charge(ctx, c, id)"} {
+		write(t, filepath.Join(caller, "q.go"), head+"\t"+bad+"\n}\n")
+		t.Chdir(caller)
+		code, _, stderr := leasegen()
+		if code != 1 || !strings.Contains(stderr, "q.go:17:") || !strings.Contains(stderr, "undefined:") {
+			t.Errorf("%s: leasegen = %d %q; want 1 and the undefined name at q.go:17", bad, code, stderr)
+		}
+		t.Chdir(mod)
+		if code, _, stderr := leasegen("./..."); code != 1 || !strings.Contains(stderr, "q/q.go:17:") {
+			t.Errorf("%s: leasegen ./... = %d %q; want 1 and the undefined name at q/q.go:17", bad, code, stderr)
+		}
+	}
+	write(t, filepath.Join(caller, "q.go"), head+"\treturn nil\n}\n")
+	t.Chdir(mod)
+	if code, _, stderr := leasegen("./..."); code != 0 {
+		t.Fatalf("leasegen ./... = %d: %s", code, stderr)
+	}
+	if b, err := exec.Command("go", "vet", "./...").CombinedOutput(); err != nil {
+		t.Fatalf("go vet ./...: %v\n%s", err, b)
+	}
+}
+
+func mustGetwd(t *testing.T) string {
+	t.Helper()
+	wd, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return wd
+}
