@@ -38,6 +38,10 @@ type pkgGen struct {
 	// (see testDirectives). leasegen parses them itself; analyzers get them
 	// in the package's files when they check a test variant.
 	tests []*ast.File
+	// internalTests are the _test.go files of the package itself (not
+	// the external p_test), parsed by leasegen: go test compiles them
+	// with the wrappers (see testClash).
+	internalTests []*ast.File
 }
 
 func newPkgGen(p *packages.Package, fset *token.FileSet, el *errList) *pkgGen {

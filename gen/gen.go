@@ -15,6 +15,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"sort"
+	"strconv"
 	"strings"
 
 	"golang.org/x/tools/go/packages"
@@ -103,8 +104,8 @@ func Generate(cfg Config) ([]File, error) {
 			if e.Kind == packages.ListError && strings.HasPrefix(e.Msg, "# ") && hasTypeErrors {
 				continue // the compiler's copy of the type errors below
 			}
-			if name := missingName(e); name != "" {
-				deferred = append(deferred, deferredErr{e, name})
+			if qual, name, method := missing(e); name != "" {
+				deferred = append(deferred, deferredErr{e, p, qual, name, method})
 				continue
 			}
 			el.addPackageError(e)
@@ -115,7 +116,7 @@ func Generate(cfg Config) ([]File, error) {
 		return nil, &CompileError{el.list}
 	}
 	var files []File
-	var allNames []string
+	own := map[string]map[string]bool{} // package path -> names its directives generate
 	for _, p := range pkgs {
 		if cfg.Logf != nil {
 			cfg.Logf("leasegen: %s", p.PkgPath)
@@ -124,10 +125,11 @@ func Generate(cfg Config) ([]File, error) {
 			continue
 		}
 		g := newPkgGen(p, fset, el)
-		g.tests = parseTests(fset, filepath.Dir(firstFile(p)))
+		g.tests, g.internalTests = parseTests(fset, filepath.Dir(firstFile(p)), p.Name)
 		m := g.build()
+		own[p.PkgPath] = map[string]bool{}
 		for n := range g.names {
-			allNames = append(allNames, n[strings.LastIndex(n, ".")+1:])
+			own[p.PkgPath][n] = true // Name, or Recv.Name for a method
 		}
 		out := filepath.Join(filepath.Dir(firstFile(p)), cfg.Output)
 		if err := checkOutput(p, out, base); err != nil {
@@ -153,22 +155,22 @@ func Generate(cfg Config) ([]File, error) {
 		}
 		files = append(files, File{Path: out, Data: data})
 	}
-	generated := map[string]bool{}
-	for _, gn := range allNames {
-		generated[gn] = true
-	}
+	var unresolved errList = errList{dir: base, fset: fset}
 	if len(deferred) > 0 {
 		// Calls into an imported package's wrappers: its generated file is
 		// left out as this package's is (-tags leasegen), so that a stale
 		// one never blocks regeneration.
-		for _, gn := range depWrapperNames(deps) {
-			generated[gn] = true
+		depNames := map[string]map[string]bool{}
+		for path, names := range depWrapperNames(deps) {
+			depNames[path] = map[string]bool{}
+			for _, n := range names {
+				depNames[path][n] = true
+			}
 		}
-	}
-	var unresolved errList = errList{dir: base, fset: fset}
-	for _, d := range deferred {
-		if !generated[d.name] {
-			unresolved.addPackageError(d.err)
+		for _, d := range deferred {
+			if !d.forgiven(own, depNames, deps) {
+				unresolved.addPackageError(d.err)
+			}
 		}
 	}
 	if len(unresolved.list) > 0 && len(el.list) == 0 {
@@ -187,8 +189,8 @@ func Generate(cfg Config) ([]File, error) {
 // standard library) generate, read from their files' comments: the
 // exported names other packages can call. A name that would be an error
 // there (an exported target without name=) is left out.
-func depWrapperNames(deps map[string]*packages.Package) []string {
-	var names []string
+func depWrapperNames(deps map[string]*packages.Package) map[string][]string {
+	names := map[string][]string{}
 	goroot := filepath.Join(build.Default.GOROOT, "src") + string(filepath.Separator)
 	for _, d := range deps {
 		if len(d.Errors) > 0 || len(d.GoFiles) == 0 || strings.HasPrefix(d.GoFiles[0], goroot) {
@@ -203,7 +205,7 @@ func depWrapperNames(deps map[string]*packages.Package) []string {
 			if err != nil {
 				continue
 			}
-			names = append(names, wrapperNames(f)...)
+			names[d.PkgPath] = append(names[d.PkgPath], wrapperNames(f)...)
 		}
 	}
 	return names
@@ -250,22 +252,42 @@ func wrapperNames(f *ast.File) []string {
 	return names
 }
 
-// parseTests parses the _test.go files in dir that mention "lease:" in
-// any case (the rest cannot hold a directive), for their comments only.
-// Files that do not parse are skipped: compiling tests is go test's job.
-func parseTests(fset *token.FileSet, dir string) []*ast.File {
+// parseTests parses the _test.go files in dir: those that mention
+// "lease:" in any case (the rest cannot hold a directive), for their
+// comments, returned in tests; and the internal ones (package pkgName, not
+// pkgName_test) that go test builds, returned in internal, for their
+// top-level declarations and imports, which share the package block with
+// the wrappers (see testClash). Files that do not parse are skipped:
+// compiling tests is go test's job.
+func parseTests(fset *token.FileSet, dir, pkgName string) (tests, internal []*ast.File) {
 	names, _ := filepath.Glob(filepath.Join(dir, "*_test.go"))
-	var fs []*ast.File
+	ctx := buildContext(false)
 	for _, name := range names {
 		src, err := os.ReadFile(name)
-		if err != nil || !bytes.Contains(bytes.ToLower(src), []byte("lease:")) {
+		if err != nil {
 			continue
 		}
-		if f, _ := parser.ParseFile(fset, name, src, parser.ParseComments|parser.SkipObjectResolution); f != nil {
-			fs = append(fs, f)
+		directives := bytes.Contains(bytes.ToLower(src), []byte("lease:"))
+		isInternal := false
+		if f, _ := parser.ParseFile(token.NewFileSet(), name, src, parser.PackageClauseOnly); f != nil && f.Name.Name == pkgName {
+			ok, err := ctx.MatchFile(dir, filepath.Base(name))
+			isInternal = err == nil && ok
+		}
+		if !directives && !isInternal {
+			continue
+		}
+		f, _ := parser.ParseFile(fset, name, src, parser.ParseComments|parser.SkipObjectResolution)
+		if f == nil {
+			continue
+		}
+		if directives {
+			tests = append(tests, f)
+		}
+		if isInternal {
+			internal = append(internal, f)
 		}
 	}
-	return fs
+	return tests, internal
 }
 
 // CompileError is Generate's error when the packages do not compile:
@@ -288,23 +310,77 @@ func (e *CompileError) Error() string {
 func (e *CompileError) Unwrap() error { return e.List }
 
 type deferredErr struct {
-	err  packages.Error
-	name string
+	err    packages.Error
+	pkg    *packages.Package
+	qual   string // the import name of undefined: qual.Name
+	name   string
+	method bool // has no field or method Name
 }
 
-var missingRE = regexp.MustCompile(`^(?:undefined: (?:\w+\.)?(\w+)$|.*has no field or method (\w+)\b)`)
+// forgiven reports whether the package d's name refers to generates it:
+// for undefined: Name, the package's own directives (own, by package
+// path, holding Name and Recv.Name) or those of a package the file
+// dot-imports; for undefined: q.Name, those of the package the file
+// imports as q (depNames, by path, or own when it is generated in this
+// run); for a missing method, the package's own or any import's of the
+// file.
+func (d deferredErr) forgiven(own, depNames map[string]map[string]bool, deps map[string]*packages.Package) bool {
+	gen := func(path string) bool { return depNames[path][d.name] || own[path][d.name] }
+	if d.method {
+		for n := range own[d.pkg.PkgPath] {
+			if n[strings.LastIndex(n, ".")+1:] == d.name {
+				return true
+			}
+		}
+	} else if d.qual == "" && own[d.pkg.PkgPath][d.name] {
+		return true
+	}
+	file, _, _ := strings.Cut(d.err.Pos, ":")
+	for _, f := range d.pkg.Syntax {
+		if d.pkg.Fset.Position(f.Pos()).Filename != file {
+			continue
+		}
+		for _, spec := range f.Imports {
+			path, _ := strconv.Unquote(spec.Path.Value)
+			local := ""
+			switch {
+			case spec.Name != nil:
+				local = spec.Name.Name
+			case deps[path] != nil:
+				local = deps[path].Name
+			}
+			switch {
+			case d.method, d.qual == "" && local == ".", d.qual != "" && local == d.qual:
+				if gen(path) {
+					return true
+				}
+			}
+		}
+	}
+	return false
+}
+
+var missingRE = regexp.MustCompile(`^(?:undefined: (?:(\w+)\.)?(\w+)$|.*has no field or method (\w+)\b)`)
+
+// missing returns the undefined identifier a type error complains about
+// (with the import name it is qualified by, or that it is a missing field
+// or method), or "".
+func missing(e packages.Error) (qual, name string, method bool) {
+	if e.Kind != packages.TypeError {
+		return "", "", false
+	}
+	m := missingRE.FindStringSubmatch(e.Msg)
+	if m == nil {
+		return "", "", false
+	}
+	return m[1], m[2] + m[3], m[3] != ""
+}
 
 // missingName returns the undefined identifier a type error complains
 // about, or "".
 func missingName(e packages.Error) string {
-	if e.Kind != packages.TypeError {
-		return ""
-	}
-	m := missingRE.FindStringSubmatch(e.Msg)
-	if m == nil {
-		return ""
-	}
-	return m[1] + m[2]
+	_, name, _ := missing(e)
+	return name
 }
 
 func firstFile(p *packages.Package) string {
@@ -323,11 +399,16 @@ func checkOutput(p *packages.Package, out, base string) error {
 }
 
 // otherOutput returns a file of p other than out that leasegen generated
-// (with -o under another name), or "". Its //go:build !leasegen puts it
-// among the files the load ignored.
+// (with -o under another name) and that go build compiles, or "". Its
+// //go:build !leasegen puts it among the files the load ignored; a copy
+// the build never compiles (//go:build ignore) declares nothing.
 func otherOutput(p *packages.Package, out string) string {
+	ctx := buildContext(false)
 	for _, f := range p.IgnoredFiles {
-		if f != out && strings.HasSuffix(f, ".go") && !strings.HasSuffix(f, "_test.go") && isGenerated(f) {
+		if f == out || !strings.HasSuffix(f, ".go") || strings.HasSuffix(f, "_test.go") || !isGenerated(f) {
+			continue
+		}
+		if ok, err := ctx.MatchFile(filepath.Dir(f), filepath.Base(f)); err == nil && ok {
 			return f
 		}
 	}

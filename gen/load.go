@@ -284,12 +284,7 @@ func patternDirs(dir string, patterns []string) ([]string, bool) {
 // buildFiles returns the non-test Go files of dir that the build (with
 // -tags=leasegen) would use, as far as go/build can tell.
 func buildFiles(dir string) []string {
-	ctx := build.Default
-	ctx.BuildTags = append(slices.Clone(ctx.BuildTags), BuildTag)
-	ctx.GOARCH = goarch()
-	if goos := os.Getenv("GOOS"); goos != "" {
-		ctx.GOOS = goos
-	}
+	ctx := buildContext(true)
 	ents, err := os.ReadDir(dir)
 	if err != nil {
 		return nil
@@ -305,6 +300,21 @@ func buildFiles(dir string) []string {
 		}
 	}
 	return out
+}
+
+// buildContext returns the go/build context of the current GOOS and
+// GOARCH, with -tags leasegen when withTag (leasegen's own load) and
+// without (the build of go build and go test).
+func buildContext(withTag bool) build.Context {
+	ctx := build.Default
+	if withTag {
+		ctx.BuildTags = append(slices.Clone(ctx.BuildTags), BuildTag)
+	}
+	ctx.GOARCH = goarch()
+	if goos := os.Getenv("GOOS"); goos != "" {
+		ctx.GOOS = goos
+	}
+	return ctx
 }
 
 func goarch() string {
@@ -387,8 +397,10 @@ func sourceDeps(dir string, fset *token.FileSet, sizes types.Sizes, deps map[str
 				}
 			}
 		}
-		for _, n := range depWrapperNames(imports) {
-			forgiven[n] = true
+		for _, names := range depWrapperNames(imports) {
+			for _, n := range names {
+				forgiven[n] = true
+			}
 		}
 		ok := true
 		conf := types.Config{

@@ -1,11 +1,13 @@
 package gen
 
 import (
+	"fmt"
 	"go/ast"
 	"go/token"
 	"go/types"
 	"regexp"
 	"strconv"
+	"strings"
 	"unicode"
 	"unicode/utf8"
 
@@ -88,6 +90,10 @@ func (g *pkgGen) declare(pos token.Pos, name string, recv *types.Named) bool {
 		g.errorf(pos, "wrapper name %s is already declared at %s; choose another with name=", name, g.errs.where(existing.Pos()))
 		return false
 	}
+	if msg := g.testClash(name, recv); msg != "" {
+		g.errorf(pos, "%s", msg)
+		return false
+	}
 	if recv == nil {
 		// A package-level name must not be an import name of any file of
 		// the package, the generated one included (go build: "already
@@ -113,6 +119,115 @@ func (g *pkgGen) declare(pos token.Pos, name string, recv *types.Named) bool {
 	}
 	g.names[scopeKey] = pos
 	return true
+}
+
+// testClash reports a clash of a wrapper name with an internal test file
+// of the package (package p, not p_test), which go test compiles with the
+// wrappers but leasegen does not type-check: a package-level declaration,
+// an import name or a name a dot import declares (recv nil), or a method
+// of recv declared there. It returns the message, or "". A dot import of a
+// package the package's other files do not import is not resolved.
+func (g *pkgGen) testClash(name string, recv *types.Named) string {
+	const tail = " (a test file of the package: go test compiles it with the wrappers); choose another with name="
+	declared := func(id *ast.Ident) string {
+		return fmt.Sprintf("wrapper name %s is already declared at %s", name, g.errs.where(id.Pos())) + tail
+	}
+	for _, f := range g.internalTests {
+		for _, decl := range f.Decls {
+			switch decl := decl.(type) {
+			case *ast.FuncDecl:
+				if decl.Name.Name != name {
+					continue
+				}
+				if recv == nil && decl.Recv == nil {
+					return declared(decl.Name)
+				}
+				if recv != nil && decl.Recv != nil && len(decl.Recv.List) == 1 && recvBase(decl.Recv.List[0].Type) == recv.Obj().Name() {
+					return declared(decl.Name)
+				}
+			case *ast.GenDecl:
+				if recv != nil {
+					continue
+				}
+				for _, spec := range decl.Specs {
+					switch spec := spec.(type) {
+					case *ast.TypeSpec:
+						if spec.Name.Name == name {
+							return declared(spec.Name)
+						}
+					case *ast.ValueSpec:
+						for _, id := range spec.Names {
+							if id.Name == name {
+								return declared(id)
+							}
+						}
+					}
+				}
+			}
+		}
+		if recv != nil {
+			continue
+		}
+		file := ShortPath(g.errs.dir, g.fset.Position(f.Pos()).Filename)
+		for _, spec := range f.Imports {
+			path, _ := strconv.Unquote(spec.Path.Value)
+			var known *types.Package
+			for _, imp := range g.pkg.Types.Imports() {
+				if imp.Path() == path {
+					known = imp
+				}
+			}
+			local := ""
+			switch {
+			case spec.Name != nil && spec.Name.Name == ".":
+				if known != nil && token.IsExported(name) && known.Scope().Lookup(name) != nil {
+					return fmt.Sprintf("wrapper name %s is a name %s dot-imports from package %s (%s)", name, file, path, g.errs.where(spec.Pos())) + tail
+				}
+				continue
+			case spec.Name != nil:
+				local = spec.Name.Name
+			case known != nil:
+				local = known.Name()
+			default:
+				local = defaultImportName(path)
+			}
+			if local == name {
+				return fmt.Sprintf("wrapper name %s is the name %s imports package %s under (%s)", name, file, path, g.errs.where(spec.Pos())) + tail
+			}
+		}
+	}
+	return ""
+}
+
+// recvBase returns the name of a receiver's base type (T in T, *T, T[P]).
+func recvBase(x ast.Expr) string {
+	for {
+		switch e := x.(type) {
+		case *ast.StarExpr:
+			x = e.X
+		case *ast.ParenExpr:
+			x = e.X
+		case *ast.IndexExpr:
+			x = e.X
+		case *ast.IndexListExpr:
+			x = e.X
+		case *ast.Ident:
+			return e.Name
+		default:
+			return ""
+		}
+	}
+}
+
+// defaultImportName guesses the name of a package leasegen did not load
+// from its path: the last element, skipping a major version (/v2).
+func defaultImportName(path string) string {
+	elems := strings.Split(path, "/")
+	last := elems[len(elems)-1]
+	if len(elems) > 1 && len(last) > 1 && last[0] == 'v' && strings.Trim(last[1:], "0123456789") == "" {
+		last = elems[len(elems)-2]
+	}
+	return last
 }
 
 // fileImport returns the import that a file of the package (not
