@@ -232,7 +232,7 @@ func (w *changeWatch) how(ctx context.Context, old seenLease, now Info, note str
 		return "hold ended"
 	case note != "" && noteID(note) == now.Holder:
 		return "handed over"
-	case tomb == "1":
+	case tomb == "1" || tomb == "l": // the holder's own release (a leader term's: "l")
 		return "released"
 	case tomb == "h" || old.info.Hold:
 		return "hold ran out"
