@@ -583,7 +583,9 @@ func TestAdversary17_InspectDuringHandoverStorm(t *testing.T) {
 		if info.Free() {
 			continue
 		}
-		if !identity.MatchString(info.Holder) || info.Token == 0 || info.TTL <= 0 || info.TTL > 2*time.Second || info.LastToken < info.Token {
+		// TTL 0 with a holder: the key's last millisecond (PTTL counts
+		// whole ones), seen in CI with a 1-2ms hold-min.
+		if !identity.MatchString(info.Holder) || info.Token == 0 || info.TTL < 0 || info.TTL > 2*time.Second || info.LastToken < info.Token {
 			t.Fatalf("Inspect shows %+v", info)
 		}
 		if info.Token < last {

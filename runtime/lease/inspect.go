@@ -42,9 +42,10 @@ type Info struct {
 	Owner string
 	// Token is the holder's fencing token, 0 for a lease without fencing.
 	Token Token
-	// TTL is how long the lease lasts unless renewed (the lock key's PTTL):
-	// 0 when free, negative if the key was given no expiry (written from
-	// outside the runtime).
+	// TTL is how long the lease lasts unless renewed (the lock key's PTTL,
+	// in whole milliseconds): 0 when free, and also for a holder in its
+	// last millisecond (never rounded up); negative if the key was given no
+	// expiry (written from outside the runtime).
 	TTL time.Duration
 	// Hold reports that the holder has returned and released the lease
 	// with a hold-min (Spec.HoldMin): it is no longer renewed and ends when
