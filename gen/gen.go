@@ -11,6 +11,7 @@ import (
 	"go/parser"
 	"go/scanner"
 	"go/token"
+	"go/types"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -376,10 +377,10 @@ func missing(e packages.Error) (qual, name string, method bool) {
 	return m[1], m[2] + m[3], m[3] != ""
 }
 
-// missingName returns the undefined identifier a type error complains
-// about, or "".
-func missingName(e packages.Error) string {
-	_, name, _ := missing(e)
+// undefinedName returns the undefined identifier a type-checker error
+// complains about, or "".
+func undefinedName(te types.Error) string {
+	_, name, _ := missing(packages.Error{Msg: te.Msg, Kind: packages.TypeError})
 	return name
 }
 

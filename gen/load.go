@@ -419,7 +419,7 @@ func sourceDeps(dir string, fset *token.FileSet, sizes types.Sizes, deps map[str
 				return readExport(fset, imported, p, d.ExportFile)
 			}),
 			Error: func(err error) {
-				if te, isType := err.(types.Error); isType && forgiven[missingName(packages.Error{Msg: te.Msg, Kind: packages.TypeError})] {
+				if te, isType := err.(types.Error); isType && forgiven[undefinedName(te)] {
 					return
 				}
 				ok = false

@@ -2269,25 +2269,18 @@ func (st *stalls) lost(from, to time.Time) time.Duration {
 	defer st.mu.Unlock()
 	var d time.Duration
 	for _, g := range st.gaps {
-		if a, b := maxTime(g[0], from), minTime(g[1], to); b.After(a) {
+		a, b := g[0], g[1] // the stall, clamped to [from, to]
+		if a.Before(from) {
+			a = from
+		}
+		if b.After(to) {
+			b = to
+		}
+		if b.After(a) {
 			d += b.Sub(a)
 		}
 	}
 	return d
-}
-
-func maxTime(a, b time.Time) time.Time {
-	if a.After(b) {
-		return a
-	}
-	return b
-}
-
-func minTime(a, b time.Time) time.Time {
-	if a.Before(b) {
-		return a
-	}
-	return b
 }
 
 // during reports whether a stall overlapped [from, to].
