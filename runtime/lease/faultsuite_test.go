@@ -545,15 +545,39 @@ func TestFault15Soak(t *testing.T) {
 		sum.stale += tl.stale
 		sum.other += tl.other
 		r := recs[h]
-		if r.Count(lease.EventAcquired) != tl.entered || r.Count(lease.EventLost) < tl.lost || r.Count(lease.EventBusy) != tl.busy {
+		// EventAcquired is followed by the entry unless EventLowValidity
+		// follows it in the same call (too little left by then, as after a
+		// stall between the grant and fn: see the event's doc).
+		acquired, lateLow := r.Count(lease.EventAcquired), acquiredThenLow(r.Events())
+		if acquired-lateLow != tl.entered || r.Count(lease.EventLost) < tl.lost || r.Count(lease.EventBusy) != tl.busy {
 			violations.Add(1)
-			t.Logf("holder %d: observer acquired=%d lost=%d busy=%d, calls entered=%d lost=%d busy=%d",
-				h, r.Count(lease.EventAcquired), r.Count(lease.EventLost), r.Count(lease.EventBusy), tl.entered, tl.lost, tl.busy)
+			t.Logf("holder %d: observer acquired=%d (of which %d then low validity) lost=%d busy=%d, calls entered=%d lost=%d busy=%d",
+				h, acquired, lateLow, r.Count(lease.EventLost), r.Count(lease.EventBusy), tl.entered, tl.lost, tl.busy)
 		}
 	}
 	t.Logf("soak %v, %d faults: %+v", *soak, faults.Load(), sum)
 	table(t, fmt.Sprintf("randomized soak (%d holders, %v, %d faults)", holders, *soak, faults.Load()),
 		"no work on unknown/busy/low validity; stale writes only under lost leases; observer counts match", sum.calls, int(violations.Load()))
+}
+
+// acquiredThenLow counts the calls (one holder's, one at a time: told
+// apart by their start) whose EventAcquired was followed by
+// EventLowValidity: granted, but not entered.
+func acquiredThenLow(evs []lease.Event) int {
+	acquired := map[time.Time]bool{}
+	n := 0
+	for _, e := range evs {
+		switch e.Kind {
+		case lease.EventAcquired:
+			acquired[e.Start] = true
+		case lease.EventLowValidity:
+			if acquired[e.Start] {
+				n++
+				delete(acquired, e.Start)
+			}
+		}
+	}
+	return n
 }
 
 // startHolderProcess starts this test binary as the helper holder process
