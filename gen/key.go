@@ -56,6 +56,12 @@ func (g *pkgGen) keyPart(p directive.Part, sig *types.Signature, orig map[string
 	root := p.Path[0].Name
 	idx, found := orig[root]
 	if !found {
+		if r := sig.Recv(); r != nil && r.Name() == root {
+			// The receiver is not a parameter of the key: "did you mean
+			// id?" would send the user after the wrong name.
+			g.errorf(p.Pos, "key part %s: %s is the receiver; key parts name the function's parameters (pass the value as a parameter)", p.Src, root)
+			return kp, false
+		}
 		names := slices.Sorted(maps.Keys(orig))
 		g.errorf(p.Pos, "key part %s: no parameter %s%s", p.Src, root, directive.Suggest(root, names))
 		return kp, false
