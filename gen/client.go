@@ -2,6 +2,7 @@ package gen
 
 import (
 	"go/types"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -21,19 +22,11 @@ type clientSource struct {
 
 // client finds the source, in this order: client= (a receiver field, a
 // parameter or a package-level variable), the receiver's one field of type
-// *lease.Client, the target's one parameter of that type, else an added
-// parameter. Two or more candidates of one kind need client=.
+// *lease.Client (its own, else one promoted from an embedded struct), the
+// target's one parameter of that type, else an added parameter. Two or more
+// candidates of one kind need client=.
 func (g *pkgGen) client(d *directive.Directive, sig *types.Signature, recv *types.Named, recvName string, n *namer) (clientSource, bool) {
-	var fields []string
-	if recv != nil {
-		if st, ok := recv.Underlying().(*types.Struct); ok {
-			for i := range st.NumFields() {
-				if f := st.Field(i); isLeaseClient(f.Type()) {
-					fields = append(fields, f.Name())
-				}
-			}
-		}
-	}
+	fields := g.clientFields(recv)
 	var params []int // indexes of the target's *lease.Client parameters
 	for i := range sig.Params().Len() {
 		if isLeaseClient(sig.Params().At(i).Type()) {
@@ -49,10 +42,8 @@ func (g *pkgGen) client(d *directive.Directive, sig *types.Signature, recv *type
 	none := clientSource{param: -1}
 	if d.Client.Set() {
 		name := d.Client.V
-		for _, f := range fields {
-			if f == name {
-				return clientSource{expr: recvName + "." + name, param: -1}, true
-			}
+		if recv != nil && g.clientField(recv, name) {
+			return clientSource{expr: recvName + "." + name, param: -1}, true
 		}
 		for _, i := range params {
 			if sig.Params().At(i).Name() == name {
@@ -94,4 +85,56 @@ func (g *pkgGen) client(d *directive.Directive, sig *types.Signature, recv *type
 	}
 	// No source: the wrapper takes the client as a parameter after ctx.
 	return clientSource{added: n.alloc("c", "c"), param: -1}, true
+}
+
+// clientField reports that recv.name selects a field of type *lease.Client
+// from this package: one of recv's own fields, or one promoted from an
+// embedded struct that no shallower field or method hides.
+func (g *pkgGen) clientField(recv *types.Named, name string) bool {
+	obj, _, _ := types.LookupFieldOrMethod(types.NewPointer(recv), true, g.pkg.Types, name)
+	v, ok := obj.(*types.Var)
+	return ok && v.IsField() && isLeaseClient(v.Type())
+}
+
+// clientFields lists the fields of type *lease.Client that recv.name
+// selects: recv's own, else those promoted from embedded structs at the
+// shallowest depth that has any (a service that embeds a Base holding the
+// client).
+func (g *pkgGen) clientFields(recv *types.Named) []string {
+	if recv == nil {
+		return nil
+	}
+	st, ok := recv.Underlying().(*types.Struct)
+	if !ok {
+		return nil
+	}
+	seen := map[types.Type]bool{}
+	for level := []*types.Struct{st}; len(level) > 0; {
+		var names []string
+		var next []*types.Struct
+		for _, s := range level {
+			for i := range s.NumFields() {
+				f := s.Field(i)
+				if isLeaseClient(f.Type()) && !slices.Contains(names, f.Name()) && g.clientField(recv, f.Name()) {
+					names = append(names, f.Name())
+				}
+				if !f.Embedded() {
+					continue
+				}
+				t := types.Unalias(f.Type())
+				if p, ok := t.(*types.Pointer); ok {
+					t = types.Unalias(p.Elem())
+				}
+				if est, ok := t.Underlying().(*types.Struct); ok && !seen[t] {
+					seen[t] = true
+					next = append(next, est)
+				}
+			}
+		}
+		if len(names) > 0 {
+			return names
+		}
+		level = next
+	}
+	return nil
 }
