@@ -32,6 +32,7 @@ import (
 	"go/types"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"golang.org/x/tools/go/analysis"
 	"golang.org/x/tools/go/analysis/passes/inspect"
@@ -124,7 +125,12 @@ func checkStale(pass *analysis.Pass, chk *gen.Checked) {
 		if len(chk.Protected) > 0 {
 			pos = chk.Protected[0].Decl.Pos()
 		}
-		pass.Report(analysis.Diagnostic{Pos: pos, Category: "stale", Message: "lease: no generated wrappers for this package's //lease: directives: run go generate"})
+		msg := "lease: no generated wrappers for this package's //lease: directives: run go generate"
+		if !runsLeasegen(pass.Files) {
+			// go generate would do nothing: say what is missing.
+			msg += " (no //go:generate line in this package runs leasegen: add //go:generate go tool leasegen to one of its files)"
+		}
+		pass.Report(analysis.Diagnostic{Pos: pos, Category: "stale", Message: msg})
 		return
 	}
 	name := pass.Fset.File(existing.Pos()).Name()
@@ -144,6 +150,20 @@ func checkStale(pass *analysis.Pass, chk *gen.Checked) {
 			TextEdits: []analysis.TextEdit{{Pos: token.Pos(tf.Base()), End: token.Pos(tf.Base() + tf.Size()), NewText: chk.Output}},
 		}},
 	})
+}
+
+// runsLeasegen reports that a //go:generate line in files names leasegen.
+func runsLeasegen(files []*ast.File) bool {
+	for _, f := range files {
+		for _, cg := range f.Comments {
+			for _, c := range cg.List {
+				if strings.HasPrefix(c.Text, "//go:generate ") && strings.Contains(c.Text, "leasegen") {
+					return true
+				}
+			}
+		}
+	}
+	return false
 }
 
 // enclosingFunc returns the innermost function declaration around n.

@@ -12,7 +12,7 @@ import (
 // GOPATH mode over testdata); the runtime packages there are stubs.
 func TestAnalyzer(t *testing.T) {
 	analysistest.Run(t, analysistest.TestData(), leasecheck.Analyzer,
-		"clean", "directives", "fencecheck", "escape", "order", "bypassuser", "testfiles", "decoratoronly", "leader")
+		"clean", "directives", "fencecheck", "escape", "order", "bypassuser", "testfiles", "decoratoronly", "leader", "nogenline", "genline")
 }
 
 func TestSuggestedFixes(t *testing.T) {
