@@ -181,7 +181,7 @@ func (g *pkgGen) build() *templates.File {
 				d, es := directive.Parse(c.Slash, c.Text)
 				g.errs.addAll(es)
 				if d != nil && d.Name != directive.Ignore {
-					g.errorf(c.Slash, "misplaced //lease:%s: it must be in the doc comment of a function, a method or an interface method%s", d.Name, map[bool]string{true: " (//lease:defaults: in the package doc comment)"}[d.Name == directive.Defaults])
+					g.errorf(c.Slash, "misplaced //lease:%s: %s", d.Name, placement(d.Name))
 				}
 			}
 		}
@@ -211,8 +211,16 @@ func (g *pkgGen) one(ds []*directive.Directive) *directive.Directive {
 
 func (g *pkgGen) misplaced(ds []*directive.Directive, what string) {
 	for _, d := range ds {
-		g.errorf(d.Slash, "//lease:%s on %s: it must be in the doc comment of a function, a method or an interface method", d.Name, what)
+		g.errorf(d.Slash, "//lease:%s on %s: %s", d.Name, what, placement(d.Name))
 	}
+}
+
+// placement says where a directive named name belongs.
+func placement(name string) string {
+	if name == directive.Defaults {
+		return "it must be in the package doc comment (the comment directly above the package clause)"
+	}
+	return "it must be in the doc comment of a function, a method or an interface method"
 }
 
 // checked merges package defaults, checks durations (the directive's own
