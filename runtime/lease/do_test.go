@@ -3,6 +3,7 @@ package lease_test
 import (
 	"context"
 	"errors"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -143,6 +144,15 @@ func TestWaitRunsOut(t *testing.T) {
 	mustNotIs(t, err, context.DeadlineExceeded, lease.ErrDeadline)
 	if !strings.Contains(err.Error(), "to leave MinValidity") {
 		t.Fatalf("error %q does not say that waiting was capped to leave MinValidity", err)
+	}
+	// The 300ms budget is shorter than MinValidity: not "waiting stops
+	// 2.53s before the 300ms budget ends".
+	if !strings.Contains(err.Error(), "the 300ms budget leaves no time to wait") {
+		t.Fatalf("error %q does not say that the budget leaves no time to wait", err)
+	}
+	// Its durations read as durations, not as "19.988556ms".
+	if d := regexp.MustCompile(`\d\.\d{4,}(ns|µs|ms|s|m|h)`).FindString(err.Error()); d != "" {
+		t.Fatalf("error %q shows the unrounded duration %s", err, d)
 	}
 	if el := time.Since(start); el > 150*time.Millisecond {
 		t.Fatalf("returned after %v, want at once", el)

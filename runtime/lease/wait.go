@@ -168,9 +168,13 @@ func (a *call) busy(pttl time.Duration, capped bool) error {
 	case a.spec.Wait == 0:
 		return fmt.Errorf("%w: %s", ErrBusy, held)
 	case capped:
-		return fmt.Errorf("%w: %s; waited %v of Wait %v: waiting stops %v before the %v budget ends, to leave MinValidity %v for the work and %v for the release",
-			ErrBusy, held, time.Since(a.start).Round(time.Millisecond), a.spec.Wait, (a.spec.MinValidity + a.reserve).Round(time.Millisecond),
-			a.end.Sub(a.start).Round(time.Millisecond), a.spec.MinValidity, a.reserve)
+		budget, keep := a.end.Sub(a.start), a.spec.MinValidity+a.reserve
+		when := fmt.Sprintf("waiting stops %v before the %v budget ends", keep.Round(time.Millisecond), budget.Round(time.Millisecond))
+		if keep >= budget {
+			when = fmt.Sprintf("the %v budget leaves no time to wait", budget.Round(time.Millisecond))
+		}
+		return fmt.Errorf("%w: %s; waited %v of Wait %v: %s, to leave MinValidity %v for the work and %v for the release",
+			ErrBusy, held, time.Since(a.start).Round(time.Millisecond), a.spec.Wait, when, a.spec.MinValidity, roundShort(a.reserve))
 	}
 	return fmt.Errorf("%w: %s; waited %v", ErrBusy, held, a.spec.Wait)
 }
@@ -190,4 +194,13 @@ func (a *call) waitErr(ctx context.Context, r wakeReason) error {
 		return fmt.Errorf("lease: waiting for key %q: %w (cause: %w)", a.key, err, cause)
 	}
 	return fmt.Errorf("lease: waiting for key %q: %w", a.key, err)
+}
+
+// roundShort rounds d for a message: to the millisecond, or to the
+// microsecond below one.
+func roundShort(d time.Duration) time.Duration {
+	if d < time.Millisecond {
+		return d.Round(time.Microsecond)
+	}
+	return d.Round(time.Millisecond)
 }
