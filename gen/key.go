@@ -1,6 +1,7 @@
 package gen
 
 import (
+	"fmt"
 	"go/token"
 	"go/types"
 	"maps"
@@ -219,7 +220,19 @@ func (g *pkgGen) keyValue(p directive.Part, kp templates.KeyPart, expr, text str
 		kp.Marshal, kp.NonEmpty, kp.Text = expr+".MarshalText()", true, text
 		return kp, false, true
 	}
-	g.errorf(p.Pos, "key part %s: unsupported type %s (want %s)", p.Src, types.TypeString(t, types.RelativeTo(g.pkg.Types)), keyKinds)
+	ts := types.TypeString(t, types.RelativeTo(g.pkg.Types))
+	hint := ""
+	if _, isPtr := t.Underlying().(*types.Pointer); !isPtr {
+		// A String or MarshalText on *T: the method is there, on the
+		// pointer (a part can call String by name).
+		switch pt := types.NewPointer(t); {
+		case types.Implements(pt, stringerIface):
+			hint = fmt.Sprintf("; String is declared on *%s: write {%s.String()}, or declare it on %s", ts, text, ts)
+		case types.Implements(pt, marshalIface):
+			hint = fmt.Sprintf("; MarshalText is declared on *%s, not on %s", ts, ts)
+		}
+	}
+	g.errorf(p.Pos, "key part %s: unsupported type %s (want %s)%s", p.Src, ts, keyKinds, hint)
 	return kp, false, false
 }
 
