@@ -175,6 +175,11 @@ func Parse(pos token.Pos, text string) (*Directive, []Error) {
 			return nil, []Error{errorf(at, "//lease:lock needs a key first, as in //lease:lock orders:{orderID} deadline=1m")}
 		}
 		d.Key, d.KeyPos = args[0].Arg, args[0].Pos
+		if strings.Count(d.Key, "{") > strings.Count(d.Key, "}") && slices.ContainsFunc(args[1:], func(a ast.DirectiveArg) bool { return strings.Contains(a.Arg, "}") }) {
+			// "k:{ id }": the key ends at the first space, and the rest
+			// would read as the unknown options "id" and "}".
+			return nil, []Error{errorf(args[0].Pos, "key %q: '{' without '}': the key ends at the first space, so a key part has no spaces in its braces (write {id}, not { id })", d.Key)}
+		}
 		if off := int(args[0].Pos - pos); off >= 0 && off < len(text) {
 			d.keyOffsets = quotedOffsets(text[off:])
 		}
