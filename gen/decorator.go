@@ -30,12 +30,33 @@ func (g *pkgGen) decorator(ts *ast.TypeSpec, it *ast.InterfaceType) *templates.D
 		dirs[f.Names[0].Name] = d
 		docs[f.Names[0].Name] = f.Doc
 	}
-	if len(dirs) == 0 {
-		return nil
-	}
 	tn, _ := g.pkg.TypesInfo.Defs[ts.Name].(*types.TypeName)
 	if tn == nil {
 		return nil
+	}
+	// Methods of embedded interfaces declared in this package keep their
+	// directives: a decorator of Store{ Base; ... } leases Base's annotated
+	// methods as NewLeasedBase does (passing them through would run them
+	// unprotected). Their problems are reported once, at Base.
+	inherited := map[string]bool{}
+	if iface, ok := tn.Type().Underlying().(*types.Interface); ok {
+		for i := range iface.NumMethods() {
+			m := iface.Method(i)
+			if _, own := dirs[m.Name()]; own || m.Pkg() != g.pkg.Types {
+				continue
+			}
+			doc := g.interfaceMethodDoc(m)
+			ds, _ := directive.Find(doc)
+			for _, d := range ds {
+				if d.Name == directive.Lock {
+					dirs[m.Name()], docs[m.Name()], inherited[m.Name()] = d, doc, true
+					break
+				}
+			}
+		}
+	}
+	if len(dirs) == len(inherited) {
+		return nil // no annotated method of its own: Base's decorator serves
 	}
 	if _, alias := tn.Type().(*types.Alias); alias {
 		g.errorf(ts.Name.Pos(), "%s: is a type alias; a decorator is generated for a defined interface type (type %s interface{ ... })", ts.Name.Name, ts.Name.Name)
@@ -71,72 +92,105 @@ func (g *pkgGen) decorator(ts *ast.TypeSpec, it *ast.InterfaceType) *templates.D
 	ok := true
 	for i := range iface.NumMethods() {
 		m := iface.Method(i)
-		sig := m.Signature()
-		w := &templates.Wrapper{Template: "decorator", Name: m.Name(), Target: ts.Name.Name + "." + m.Name(), ClientParam: -1}
-		// Type text first: it names the imports, which no parameter may
-		// shadow.
-		q := g.qual()
-		ptypes := make([]string, sig.Params().Len())
-		for j := range ptypes {
-			t := sig.Params().At(j).Type()
-			if sig.Variadic() && j == len(ptypes)-1 {
-				t = t.(*types.Slice).Elem()
+		if inherited[m.Name()] {
+			// Reported at the declaring interface: drop this pass's copies.
+			nerr, nwarn := len(g.errs.list), len(g.errs.warns)
+			if !g.decoratorMethod(dec, ts, m, dirs, docs) {
+				ok = false
 			}
-			ptypes[j] = q.typ(t)
-		}
-		for j := range sig.Results().Len() {
-			w.Results = append(w.Results, q.typ(sig.Results().At(j).Type()))
-		}
-		n := g.newNamer(q, ptypes, w.Results)
-		n.reserve(dec.Recv)
-		orig := map[string]int{}
-		for j := range sig.Params().Len() {
-			p := sig.Params().At(j)
-			if p.Name() != "" && p.Name() != "_" {
-				orig[p.Name()] = j
-			}
-			def := "p" + strconv.Itoa(j)
-			if j == 0 {
-				def = "ctx"
-			}
-			w.Params = append(w.Params, templates.Param{Name: n.alloc(p.Name(), def), Type: ptypes[j], Variadic: sig.Variadic() && j == sig.Params().Len()-1})
-		}
-		w.Uses, w.Format = q.paths(), q.multiline
-		d := dirs[m.Name()]
-		if d == nil {
-			dec.Passthrough = append(dec.Passthrough, w)
+			g.errs.list, g.errs.raw, g.errs.warns = g.errs.list[:nerr], g.errs.raw[:nerr], g.errs.warns[:nwarn]
 			continue
 		}
-		if d.WrapperName.Set() || d.Client.Set() {
-			pos := d.WrapperName.Pos
-			if !d.WrapperName.Set() {
-				pos = d.Client.Pos
-			}
-			g.errorf(pos, "name= and client= do not apply to interface methods (the decorator keeps the method names and takes the client in %s)", dec.Ctor)
+		if !g.decoratorMethod(dec, ts, m, dirs, docs) {
 			ok = false
-			continue
 		}
-		md, good := g.checked(d)
-		if !g.checkShape(d.Slash, ts.Name.Name+"."+m.Name(), sig) || !good {
-			ok = false
-			continue
-		}
-		w.Client = dec.Recv + "." + dec.ClientF
-		w.Call = dec.Recv + "." + dec.Next + "." + m.Name()
-		key, good := g.key(md, sig, orig, w, n, q)
-		if !good {
-			ok = false
-			continue
-		}
-		w.Key = key
-		g.locals(w, n)
-		w.Uses, w.Format = q.paths(), q.multiline
-		w.Spec = spec(md, g.pkg.Name+"."+ts.Name.Name+"."+m.Name())
-		w.Doc = wrapperDoc(m.Name(), ts.Name.Name+"."+m.Name(), docs[m.Name()], md, len(w.Results))
-		dec.Methods = append(dec.Methods, w)
 	}
 	if !ok {
 		return nil
 	}
 	return dec
+}
+
+// decoratorMethod adds m to dec: leased when dirs has its directive,
+// passed through otherwise. It reports false on a problem.
+func (g *pkgGen) decoratorMethod(dec *templates.Decorator, ts *ast.TypeSpec, m *types.Func, dirs map[string]*directive.Directive, docs map[string]*ast.CommentGroup) bool {
+	sig := m.Signature()
+	w := &templates.Wrapper{Template: "decorator", Name: m.Name(), Target: ts.Name.Name + "." + m.Name(), ClientParam: -1}
+	// Type text first: it names the imports, which no parameter may
+	// shadow.
+	q := g.qual()
+	ptypes := make([]string, sig.Params().Len())
+	for j := range ptypes {
+		t := sig.Params().At(j).Type()
+		if sig.Variadic() && j == len(ptypes)-1 {
+			t = t.(*types.Slice).Elem()
+		}
+		ptypes[j] = q.typ(t)
+	}
+	for j := range sig.Results().Len() {
+		w.Results = append(w.Results, q.typ(sig.Results().At(j).Type()))
+	}
+	n := g.newNamer(q, ptypes, w.Results)
+	n.reserve(dec.Recv)
+	orig := map[string]int{}
+	for j := range sig.Params().Len() {
+		p := sig.Params().At(j)
+		if p.Name() != "" && p.Name() != "_" {
+			orig[p.Name()] = j
+		}
+		def := "p" + strconv.Itoa(j)
+		if j == 0 {
+			def = "ctx"
+		}
+		w.Params = append(w.Params, templates.Param{Name: n.alloc(p.Name(), def), Type: ptypes[j], Variadic: sig.Variadic() && j == sig.Params().Len()-1})
+	}
+	w.Uses, w.Format = q.paths(), q.multiline
+	d := dirs[m.Name()]
+	if d == nil {
+		dec.Passthrough = append(dec.Passthrough, w)
+		return true
+	}
+	if d.WrapperName.Set() || d.Client.Set() {
+		pos := d.WrapperName.Pos
+		if !d.WrapperName.Set() {
+			pos = d.Client.Pos
+		}
+		g.errorf(pos, "name= and client= do not apply to interface methods (the decorator keeps the method names and takes the client in %s)", dec.Ctor)
+		return false
+	}
+	md, good := g.checked(d)
+	if !g.checkShape(d.Slash, ts.Name.Name+"."+m.Name(), sig) || !good {
+		return false
+	}
+	w.Client = dec.Recv + "." + dec.ClientF
+	w.Call = dec.Recv + "." + dec.Next + "." + m.Name()
+	key, good := g.key(md, sig, orig, w, n, q)
+	if !good {
+		return false
+	}
+	w.Key = key
+	g.locals(w, n)
+	w.Uses, w.Format = q.paths(), q.multiline
+	w.Spec = spec(md, g.pkg.Name+"."+ts.Name.Name+"."+m.Name())
+	w.Doc = wrapperDoc(m.Name(), ts.Name.Name+"."+m.Name(), docs[m.Name()], md, len(w.Results))
+	dec.Methods = append(dec.Methods, w)
+	return true
+}
+
+// interfaceMethodDoc returns the doc comment of the interface method m
+// declared in this package (nil if none).
+func (g *pkgGen) interfaceMethodDoc(m *types.Func) *ast.CommentGroup {
+	var doc *ast.CommentGroup
+	for _, f := range g.files() {
+		if f.FileStart > m.Pos() || m.Pos() > f.FileEnd {
+			continue
+		}
+		ast.Inspect(f, func(n ast.Node) bool {
+			if fl, ok := n.(*ast.Field); ok && len(fl.Names) > 0 && fl.Names[0].Pos() == m.Pos() {
+				doc = fl.Doc
+			}
+			return doc == nil
+		})
+	}
+	return doc
 }
