@@ -336,11 +336,18 @@ func settleAsLeaders(ctx context.Context, rdb *redis.Client, obs lease.Observer,
 	defer stopWatch()
 	var seen []string
 	watched := make(chan struct{})
+	// The watcher starts during the first term: the first leader is held in
+	// its term (its next batch waits to be taken) until the watcher has
+	// reported it, or it could be gone before the watcher looks.
+	firstSeen := make(chan struct{})
 	watch := func() { // from the first term on: each handover is reported
 		defer close(watched)
 		for l := range watcher.WatchLeader(wctx, key) {
 			if l.Owner != "" && (len(seen) == 0 || seen[len(seen)-1] != l.Owner) {
 				seen = append(seen, l.Owner)
+				if len(seen) == 1 {
+					close(firstSeen)
+				}
 			}
 		}
 	}
@@ -380,6 +387,11 @@ func settleAsLeaders(ctx context.Context, rdb *redis.Client, obs lease.Observer,
 		case b.n == 1 && stoppedAt.IsZero():
 			fmt.Printf("  %s leads (term %d)\n", b.node, b.term)
 			go watch()
+			select {
+			case <-firstSeen:
+			case <-time.After(10 * time.Second):
+				return fmt.Errorf("the watcher did not report %s, the leader, within 10s", b.node)
+			}
 		case b.n == 1:
 			fmt.Printf("  %s took over in %v (term %d)\n", b.node, round(time.Since(stoppedAt)), b.term)
 		}
