@@ -331,11 +331,16 @@ func TestAdversary_RenewalGoroutineOutlivesDo(t *testing.T) {
 // remaining hold"; "after Do returns, nothing it started is still running";
 // renewal is for leases whose function runs.
 func TestAdversary_RenewalReplayAfterReleaseUndoesHoldMin(t *testing.T) {
-	c, _, p, direct, _ := advProxied(t, func(o *redis.Options) { o.PoolSize = 8 })
+	c, rec, p, direct, _ := advProxied(t, func(o *redis.Options) { o.PoolSize = 8 })
 	warm(t, c, "hold-a")
 	const trials = 3
-	violations := 0
-	for i := range trials {
+	violations, counted := 0, 0
+	// A trial whose release of A went unconfirmed (the process or the
+	// server stalled past the release timeout under -race on a loaded
+	// machine: seen once, the key kept its grant's TTL) says nothing
+	// about the replay, as documented: the key then expires by its TTL.
+	// It is run again, a few times at most.
+	for i := 0; counted < trials && i < trials+3; i++ {
 		ttl := 3 * time.Second
 		hold := 1500 * time.Millisecond
 		keyA, keyB := "hold-a-"+itoa(i), "hold-b-"+itoa(i)
@@ -368,8 +373,18 @@ func TestAdversary_RenewalReplayAfterReleaseUndoesHoldMin(t *testing.T) {
 		pttl, _ := direct.PTTL(context.Background(), lockKey(keyA)).Result()
 		holdLeft := hold - (ttl/3 - 150*time.Millisecond) - time.Since(returnedA)
 		t.Logf("trial %d: A's key PTTL %v, %v after A's Do returned; the hold left should be about %v", i, pttl, time.Since(returnedA).Round(time.Millisecond), holdLeft.Round(time.Millisecond))
-		if pttl > hold {
-			violations++
+		unconfirmed := false
+		for _, e := range rec.Events() {
+			if e.Key == keyA && e.Kind == lease.EventReleaseUnconfirmed {
+				unconfirmed = true
+				t.Logf("trial %d: not counted: A's release went unconfirmed after %v: %v", i, e.Took.Round(time.Millisecond), e.Err)
+			}
+		}
+		if !unconfirmed {
+			counted++
+			if pttl > hold {
+				violations++
+			}
 		}
 		close(stopB)
 		if err := <-doneB; err != nil {
@@ -377,7 +392,10 @@ func TestAdversary_RenewalReplayAfterReleaseUndoesHoldMin(t *testing.T) {
 		}
 		direct.Del(context.Background(), lockKey(keyA))
 	}
-	table(t, "renewal batch reply lost, one member's hold-min release in the retry backoff", "the release's TTL stands (no renewal after Do returned)", trials, violations)
+	if counted < trials {
+		t.Errorf("only %d of %d trials had A's release confirmed", counted, trials)
+	}
+	table(t, "renewal batch reply lost, one member's hold-min release in the retry backoff", "the release's TTL stands (no renewal after Do returned)", counted, violations)
 }
 
 // Definite failures (§4 Error classes): the server refused the command
