@@ -572,12 +572,23 @@ func TestSlowSubscriptionDoesNotDelayOtherCalls(t *testing.T) {
 	time.Sleep(50 * time.Millisecond) // the waiter is subscribing
 	const budget = 300 * time.Millisecond
 	late := 0
+	st := watchStalls(t, 5*time.Millisecond)
 	for range 5 {
+		accepted := p.Accepted()
 		start := time.Now()
 		err := c.Do(ctx, "b", lease.Spec{TTL: time.Second, Deadline: budget, Wait: 200 * time.Millisecond, MinValidity: 10 * time.Millisecond}, func(context.Context) error { return nil })
-		if el := time.Since(start); el > budget+100*time.Millisecond {
+		end := time.Now()
+		if el := end.Sub(start); el-st.lost(start.Add(budget), end) > budget+100*time.Millisecond {
 			late++
 			t.Logf("call returned %v after start (budget %v): %v", el, budget, err)
+		}
+		// Busy, unless the acquire's reply could not come in time: on a
+		// new connection (delayed 1.5s like the subscription's) or with
+		// the process stalled for a good part of the budget (-race on a
+		// loaded machine). That is ErrUnknown, as documented.
+		if lost := st.lost(start, end); errors.Is(err, lease.ErrUnknown) && (p.Accepted() > accepted || lost >= budget/3) {
+			t.Logf("not busy: %v (connections dialled %d, process stalled %v)", err, p.Accepted()-accepted, lost)
+			continue
 		}
 		mustIs(t, err, lease.ErrBusy)
 	}
@@ -593,7 +604,8 @@ func TestSlowSubscriptionDoesNotDelayOtherCalls(t *testing.T) {
 	for range 3 {
 		start := time.Now()
 		err := c.Do(ctx, "b", lease.Spec{TTL: time.Second, Deadline: budget, Wait: 200 * time.Millisecond, MinValidity: 10 * time.Millisecond}, func(context.Context) error { return nil })
-		if el := time.Since(start); el > budget+100*time.Millisecond {
+		end := time.Now()
+		if el := end.Sub(start); el-st.lost(start.Add(budget), end) > budget+100*time.Millisecond {
 			late++
 			t.Logf("call returned %v after start (budget %v): %v", el, budget, err)
 		}
