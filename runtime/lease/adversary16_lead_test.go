@@ -503,6 +503,7 @@ func TestAdversary16_CloseDuringTermHandsOver(t *testing.T) {
 	cb := newCandidates(t, srv, 1, lease.WithRecheck(time.Second))[0]
 	e := newElection(t, key, lease.LeadSpec{TTL: ttl}, rdb)
 
+	st := watchStalls(t, 5*time.Millisecond) // before IgnoreCurrent: it ends at Cleanup
 	ignore := goleak.IgnoreCurrent()
 	rA := redis.NewClient(&redis.Options{Addr: srv.Addr(), ContextTimeoutEnabled: true})
 	cA, err := lease.New(rA)
@@ -530,8 +531,8 @@ func TestAdversary16_CloseDuringTermHandsOver(t *testing.T) {
 	closedAt := time.Now()
 	cA.Close()
 	next := e.next(2 * time.Second)
-	if d := next.from.Sub(closedAt); d > 200*time.Millisecond {
-		t.Errorf("B led %v after A's Client closed, want a handover at once", d)
+	if d, lost := next.from.Sub(closedAt), st.lost(closedAt, next.from); d-lost > 200*time.Millisecond {
+		t.Errorf("B led %v after A's Client closed (the process stalled for %v of it), want a handover at once", d, lost)
 	}
 	select {
 	case err := <-doneA:
@@ -577,6 +578,7 @@ func TestAdversary16_PanicInTerm(t *testing.T) {
 	key := uniqueKey(t)
 	cb := newCandidates(t, srv, 1, lease.WithRecheck(time.Second))[0]
 	e := newElection(t, key, lease.LeadSpec{TTL: ttl}, rdb)
+	st := watchStalls(t, 5*time.Millisecond) // before IgnoreCurrent: it ends at Cleanup
 	ignore := goleak.IgnoreCurrent()
 	rA := redis.NewClient(&redis.Options{Addr: srv.Addr(), ContextTimeoutEnabled: true})
 	cA, err := lease.New(rA)
@@ -602,8 +604,8 @@ func TestAdversary16_PanicInTerm(t *testing.T) {
 		t.Errorf("recovered %v, want the panic", r)
 	}
 	next := e.next(2 * time.Second)
-	if d := next.from.Sub(at); d > 200*time.Millisecond {
-		t.Errorf("B led %v after A's fn panicked, want a handover at once", d)
+	if d, lost := next.from.Sub(at), st.lost(at, next.from); d-lost > 200*time.Millisecond {
+		t.Errorf("B led %v after A's fn panicked (the process stalled for %v of it), want a handover at once", d, lost)
 	}
 	cA.Close()
 	rA.Close()
