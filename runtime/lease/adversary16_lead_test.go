@@ -503,6 +503,7 @@ func TestAdversary16_CloseDuringTermHandsOver(t *testing.T) {
 	cb := newCandidates(t, srv, 1, lease.WithRecheck(time.Second))[0]
 	e := newElection(t, key, lease.LeadSpec{TTL: ttl}, rdb)
 
+	st := watchStalls(t, 5*time.Millisecond) // before IgnoreCurrent: it ends at Cleanup
 	ignore := goleak.IgnoreCurrent()
 	rA := redis.NewClient(&redis.Options{Addr: srv.Addr(), ContextTimeoutEnabled: true})
 	cA, err := lease.New(rA)
@@ -530,8 +531,8 @@ func TestAdversary16_CloseDuringTermHandsOver(t *testing.T) {
 	closedAt := time.Now()
 	cA.Close()
 	next := e.next(2 * time.Second)
-	if d := next.from.Sub(closedAt); d > 200*time.Millisecond {
-		t.Errorf("B led %v after A's Client closed, want a handover at once", d)
+	if d, lost := next.from.Sub(closedAt), st.lost(closedAt, next.from); d-lost > 200*time.Millisecond {
+		t.Errorf("B led %v after A's Client closed (the process stalled for %v of it), want a handover at once", d, lost)
 	}
 	select {
 	case err := <-doneA:
@@ -577,6 +578,7 @@ func TestAdversary16_PanicInTerm(t *testing.T) {
 	key := uniqueKey(t)
 	cb := newCandidates(t, srv, 1, lease.WithRecheck(time.Second))[0]
 	e := newElection(t, key, lease.LeadSpec{TTL: ttl}, rdb)
+	st := watchStalls(t, 5*time.Millisecond) // before IgnoreCurrent: it ends at Cleanup
 	ignore := goleak.IgnoreCurrent()
 	rA := redis.NewClient(&redis.Options{Addr: srv.Addr(), ContextTimeoutEnabled: true})
 	cA, err := lease.New(rA)
@@ -602,8 +604,8 @@ func TestAdversary16_PanicInTerm(t *testing.T) {
 		t.Errorf("recovered %v, want the panic", r)
 	}
 	next := e.next(2 * time.Second)
-	if d := next.from.Sub(at); d > 200*time.Millisecond {
-		t.Errorf("B led %v after A's fn panicked, want a handover at once", d)
+	if d, lost := next.from.Sub(at), st.lost(at, next.from); d-lost > 200*time.Millisecond {
+		t.Errorf("B led %v after A's fn panicked (the process stalled for %v of it), want a handover at once", d, lost)
 	}
 	cA.Close()
 	rA.Close()
@@ -780,6 +782,16 @@ func TestAdversary16_SentinelKillPrimaryTokens(t *testing.T) {
 // release bounds itself by a.end floored at min(reserve, 20ms)
 // (release.go:23-30), and unknown/releaseUnused/run use that release.
 func TestAdversary16_DeadlineCtxLeavesGrantBehind(t *testing.T) {
+	// releaseTimedOut: a release of key was reported unconfirmed after
+	// most of the release timeout (so it was given the timeout).
+	releaseTimedOut := func(rec *leasetest.Recorder, key string) (time.Duration, bool) {
+		for _, e := range rec.Events() {
+			if e.Key == key && e.Kind == lease.EventReleaseUnconfirmed && e.Took >= lease.DefaultReleaseTimeout*4/5 {
+				return e.Took, true
+			}
+		}
+		return 0, false
+	}
 	const ttl = 2 * time.Second
 	srv := leasetest.StartRedis(t)
 	rdb := srv.Client(t)
@@ -798,8 +810,17 @@ func TestAdversary16_DeadlineCtxLeavesGrantBehind(t *testing.T) {
 		time.Sleep(100 * time.Millisecond)
 		if v, err := rdb.Get(context.Background(), lockKey(key)).Result(); err == nil {
 			pttl := rdb.PTTL(context.Background(), lockKey(key)).Val()
+			desc := fmt.Sprintf("%q held %v after Lead returned, PTTL %v", v, time.Since(returned).Round(time.Millisecond), pttl)
+			if took, ok := releaseTimedOut(rec, key); ok {
+				// The release had its whole timeout and got no answer (a
+				// process or server stalled that long): reported, as
+				// documented, and the key expires by its TTL. The bug was
+				// a release given a budget already gone (a few ms).
+				t.Logf("not counted: %s (its release went unconfirmed after %v)", desc, took.Round(time.Millisecond))
+				continue
+			}
 			ghosts++
-			what = append(what, fmt.Sprintf("%q held %v after Lead returned, PTTL %v", v, time.Since(returned).Round(time.Millisecond), pttl))
+			what = append(what, desc)
 		}
 	}
 	t.Logf("events: acquire_unknown %d, release_unconfirmed %d, low_validity %d", rec.Count(lease.EventAcquireUnknown), rec.Count(lease.EventReleaseUnconfirmed), rec.Count(lease.EventLowValidity))

@@ -723,6 +723,7 @@ func TestAdversary18_LeadDeadlineHandoverAndWait(t *testing.T) {
 		})
 	}()
 	<-inA
+	st := watchStalls(t, 5*time.Millisecond)
 	ctxB, cancelB := context.WithCancel(context.Background())
 	inB := make(chan time.Time, 1)
 	doneB := make(chan error, 1)
@@ -735,8 +736,8 @@ func TestAdversary18_LeadDeadlineHandoverAndWait(t *testing.T) {
 	}()
 	select {
 	case at := <-inB:
-		if d := at.Sub(deadline); d > 150*time.Millisecond {
-			t.Errorf("B led %v after A's deadline ended its term (want a handover at once)", d)
+		if d, lost := at.Sub(deadline), st.lost(deadline, at); d-lost > 150*time.Millisecond {
+			t.Errorf("B led %v after A's deadline ended its term (the process stalled for %v of it; want a handover at once)", d, lost)
 		}
 		t.Logf("B led %v after A's deadline", at.Sub(deadline).Round(time.Millisecond))
 	case <-time.After(3 * time.Second):
@@ -879,13 +880,14 @@ func TestAdversary18_NormalACLPublishesUnchanged(t *testing.T) {
 			t.Fatal("waiter never queued")
 		}
 	}
+	st := watchStalls(t, 5*time.Millisecond)
 	at := time.Now()
 	close(release)
 	<-doneH
 	select {
 	case in := <-inW:
-		if d := in.Sub(at); d > 200*time.Millisecond {
-			t.Errorf("waiter entered %v after the release (re-check 5s): not told at once", d)
+		if d, lost := in.Sub(at), st.lost(at, in); d-lost > 200*time.Millisecond {
+			t.Errorf("waiter entered %v after the release (the process stalled for %v of it; re-check 5s): not told at once", d, lost)
 		}
 	case <-time.After(3 * time.Second):
 		t.Error("waiter never entered")

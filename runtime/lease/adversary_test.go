@@ -331,11 +331,16 @@ func TestAdversary_RenewalGoroutineOutlivesDo(t *testing.T) {
 // remaining hold"; "after Do returns, nothing it started is still running";
 // renewal is for leases whose function runs.
 func TestAdversary_RenewalReplayAfterReleaseUndoesHoldMin(t *testing.T) {
-	c, _, p, direct, _ := advProxied(t, func(o *redis.Options) { o.PoolSize = 8 })
+	c, rec, p, direct, _ := advProxied(t, func(o *redis.Options) { o.PoolSize = 8 })
 	warm(t, c, "hold-a")
 	const trials = 3
-	violations := 0
-	for i := range trials {
+	violations, counted := 0, 0
+	// A trial whose release of A went unconfirmed (the process or the
+	// server stalled past the release timeout under -race on a loaded
+	// machine: seen once, the key kept its grant's TTL) says nothing
+	// about the replay, as documented: the key then expires by its TTL.
+	// It is run again, a few times at most.
+	for i := 0; counted < trials && i < trials+3; i++ {
 		ttl := 3 * time.Second
 		hold := 1500 * time.Millisecond
 		keyA, keyB := "hold-a-"+itoa(i), "hold-b-"+itoa(i)
@@ -368,8 +373,18 @@ func TestAdversary_RenewalReplayAfterReleaseUndoesHoldMin(t *testing.T) {
 		pttl, _ := direct.PTTL(context.Background(), lockKey(keyA)).Result()
 		holdLeft := hold - (ttl/3 - 150*time.Millisecond) - time.Since(returnedA)
 		t.Logf("trial %d: A's key PTTL %v, %v after A's Do returned; the hold left should be about %v", i, pttl, time.Since(returnedA).Round(time.Millisecond), holdLeft.Round(time.Millisecond))
-		if pttl > hold {
-			violations++
+		unconfirmed := false
+		for _, e := range rec.Events() {
+			if e.Key == keyA && e.Kind == lease.EventReleaseUnconfirmed {
+				unconfirmed = true
+				t.Logf("trial %d: not counted: A's release went unconfirmed after %v: %v", i, e.Took.Round(time.Millisecond), e.Err)
+			}
+		}
+		if !unconfirmed {
+			counted++
+			if pttl > hold {
+				violations++
+			}
 		}
 		close(stopB)
 		if err := <-doneB; err != nil {
@@ -377,7 +392,10 @@ func TestAdversary_RenewalReplayAfterReleaseUndoesHoldMin(t *testing.T) {
 		}
 		direct.Del(context.Background(), lockKey(keyA))
 	}
-	table(t, "renewal batch reply lost, one member's hold-min release in the retry backoff", "the release's TTL stands (no renewal after Do returned)", trials, violations)
+	if counted < trials {
+		t.Errorf("only %d of %d trials had A's release confirmed", counted, trials)
+	}
+	table(t, "renewal batch reply lost, one member's hold-min release in the retry backoff", "the release's TTL stands (no renewal after Do returned)", counted, violations)
 }
 
 // Definite failures (§4 Error classes): the server refused the command
@@ -572,6 +590,7 @@ func TestAdversary_NotificationsResumeAfterSubscriptionLoss(t *testing.T) {
 			ctx := context.Background()
 			slow := 0
 			const trials = 3
+			st := watchStalls(t, 5*time.Millisecond)
 			for i := range trials {
 				key := "sub-" + itoa(i)
 				if how == "restart" {
@@ -617,8 +636,12 @@ func TestAdversary_NotificationsResumeAfterSubscriptionLoss(t *testing.T) {
 					t.Fatalf("trial %d: waiter: %v", i, err)
 				}
 				lat := time.Duration(entered.Load() - freed.UnixNano())
-				t.Logf("trial %d: waiter entered %v after the release", i, lat.Round(time.Millisecond))
-				if lat > 150*time.Millisecond {
+				// Less what the process stalled meanwhile (the race
+				// detector's pauses on a loaded machine): a re-check
+				// comes 2s later, far beyond any stall seen.
+				lost := st.lost(freed, time.Unix(0, entered.Load()))
+				t.Logf("trial %d: waiter entered %v after the release (the process stalled for %v of it)", i, lat.Round(time.Millisecond), lost.Round(time.Millisecond))
+				if lat-lost > 150*time.Millisecond {
 					slow++
 				}
 				if lat > recheck+150*time.Millisecond {
@@ -681,6 +704,7 @@ func TestAdversary_DeadlinesUnderFaults(t *testing.T) {
 	for _, sc := range scenarios {
 		t.Run(sc.name, func(t *testing.T) {
 			late := 0
+			st := watchStalls(t, 5*time.Millisecond)
 			const trials = 1 // every scenario held in repeated runs; 1 keeps the test short
 			for i := range trials {
 				// A fresh server, proxy and client per trial (SetNew pins
@@ -719,11 +743,14 @@ func TestAdversary_DeadlinesUnderFaults(t *testing.T) {
 					<-ctx.Done()
 					return ctx.Err()
 				})
-				el := time.Since(start)
+				end := time.Now()
+				el := end.Sub(start)
 				srv.Resume()
-				if el > budget+slack {
+				// A stall across the deadline delays the return by as
+				// much (the race detector's pauses on a loaded machine).
+				if lost := st.lost(start.Add(budget), end); el-lost > budget+slack {
 					late++
-					t.Logf("trial %d: returned %v after start, budget %v: %v", i, el.Round(time.Millisecond), budget, err)
+					t.Logf("trial %d: returned %v after start (the process stalled for %v past the deadline), budget %v: %v", i, el.Round(time.Millisecond), lost, budget, err)
 				} else {
 					t.Logf("trial %d: %v (budget %v): %v", i, el.Round(time.Millisecond), budget, err)
 				}
@@ -765,6 +792,7 @@ func TestAdversary_CloseDuringLoad(t *testing.T) {
 		t.Fatal(err)
 	}
 	const workers = 40
+	st := watchStalls(t, 5*time.Millisecond)
 	var wg sync.WaitGroup
 	var closedAt atomic.Int64
 	var slowClosed atomic.Int32
@@ -792,8 +820,13 @@ func TestAdversary_CloseDuringLoad(t *testing.T) {
 					return nil
 				})
 				if errors.Is(err, lease.ErrClosed) {
-					if at := closedAt.Load(); at > 0 && time.Since(time.Unix(0, at)) > 150*time.Millisecond {
-						slowClosed.Add(1)
+					// Less what the process stalled meanwhile (-race
+					// with 40 workers on a loaded machine).
+					if at := closedAt.Load(); at > 0 {
+						from, to := time.Unix(0, at), time.Now()
+						if to.Sub(from)-st.lost(from, to) > 150*time.Millisecond {
+							slowClosed.Add(1)
+						}
 					}
 					return
 				}

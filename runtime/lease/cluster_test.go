@@ -65,13 +65,16 @@ func TestCluster(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	// Renewal keeps several leases on different shards alive.
+	// Renewal keeps several leases on different shards alive: four
+	// renewals each at least. A TTL of 1.2s leaves its renewals (every
+	// 400ms) room for the process stalls of -race on a loaded machine; at
+	// 300ms one stall of ~200ms lost a lease.
 	errs := make(chan error, 6)
 	for i := range 6 {
 		go func() {
-			errs <- a.Do(ctx, fmt.Sprint("renew-", i), spec(300*time.Millisecond, 5*time.Second), func(ctx context.Context) error {
+			errs <- a.Do(ctx, fmt.Sprint("renew-", i), spec(1200*time.Millisecond, 5*time.Second), func(ctx context.Context) error {
 				select {
-				case <-time.After(time.Second):
+				case <-time.After(2 * time.Second):
 					return nil
 				case <-ctx.Done():
 					return context.Cause(ctx)

@@ -266,6 +266,8 @@ func TestLossesOfABatchAreReportedIndependently(t *testing.T) {
 	defer lease.SetRenewedHook(func() { first.Do(func() { time.Sleep(ttl) }) })()
 	keys := []string{uniqueKey(t), uniqueKey(t)}
 	lostAt, cancelledAt := make([]time.Duration, 2), make([]time.Duration, 2)
+	starts := make([]time.Time, 2)
+	st := watchStalls(t, 5*time.Millisecond)
 	var wg sync.WaitGroup
 	for i, k := range keys {
 		wg.Add(1)
@@ -274,6 +276,7 @@ func TestLossesOfABatchAreReportedIndependently(t *testing.T) {
 			_ = c.Do(context.Background(), k, spec(ttl, 5*time.Second), func(ctx context.Context) error {
 				l, _ := lease.FromContext(ctx)
 				start := time.Now()
+				starts[i] = start
 				time.Sleep(ttl/3 + 30*time.Millisecond)
 				lease.StopValidityTimer(l)
 				end := time.After(ttl + 150*time.Millisecond)
@@ -317,8 +320,11 @@ func TestLossesOfABatchAreReportedIndependently(t *testing.T) {
 			slow++ // its own observer sleeps before the cancellation
 			continue
 		}
-		if late := cancelledAt[i] - lostAt[i]; late > 150*time.Millisecond {
-			t.Errorf("%s: fn cancelled %v after its lease was marked lost", k, late)
+		// Less what the process stalled in between (-race on a loaded
+		// machine); the other lease's slow observer blocks for 400ms.
+		stalled := st.lost(starts[i].Add(lostAt[i]), starts[i].Add(cancelledAt[i]))
+		if late := cancelledAt[i] - lostAt[i]; late-stalled > 150*time.Millisecond {
+			t.Errorf("%s: fn cancelled %v after its lease was marked lost (the process stalled for %v of it)", k, late, stalled)
 		}
 	}
 	if slow > 1 {
@@ -432,9 +438,17 @@ func TestMixedTTLsOnOneClient(t *testing.T) {
 		// each joined by the short leases, which is what lost leases here.
 		long = 1500
 	}
+	// A loss is the runtime's doing unless the whole process stalled for
+	// a third of the TTL or more in the TTL before it (a lost lease's fn
+	// returns when its context ends): such a stall alone takes half the
+	// margin between a renewal's due time and the end of validity, and
+	// under -race with a busy neighbour it cost most of the leases at once.
+	st := watchStalls(t, 5*time.Millisecond)
+	var lostMu sync.Mutex
+	var lostAt []time.Time
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
-	var lostLong, failedLong atomic.Int32
+	var failedLong atomic.Int32
 	started := make(chan bool, long)     // whether the lease was entered
 	acquiring := make(chan struct{}, 64) // acquire a few at a time, as a real service would
 	for i := range long {
@@ -442,25 +456,42 @@ func TestMixedTTLsOnOneClient(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			entered := false
-			acquiring <- struct{}{}
-			err := c.Do(context.Background(), "long-"+itoa(i), lease.Spec{TTL: 900 * time.Millisecond, Deadline: time.Minute, Wait: 30 * time.Second, MinValidity: 100 * time.Millisecond}, func(ctx context.Context) error {
-				entered = true
-				<-acquiring
-				started <- true
-				select {
-				case <-stop:
-				case <-ctx.Done():
+			var err error
+			// Getting the long leases is the set-up, not the test: an
+			// acquire whose reply came too late to enter (1,500 goroutines
+			// under -race on a loaded machine: stalls of 800ms were seen)
+			// is tried again, on the key's own queue (an orphaned grant
+			// of the first attempt is waited out).
+			for attempt := 1; ; attempt++ {
+				acquiring <- struct{}{}
+				err = c.Do(context.Background(), "long-"+itoa(i), lease.Spec{TTL: 900 * time.Millisecond, Deadline: time.Minute, Wait: 30 * time.Second, MinValidity: 100 * time.Millisecond}, func(ctx context.Context) error {
+					entered = true
+					<-acquiring
+					started <- true
+					select {
+					case <-stop:
+					case <-ctx.Done():
+					}
+					return nil
+				})
+				if entered {
+					break
 				}
-				return nil
-			})
-			switch {
-			case !entered:
 				<-acquiring
+				if attempt < 3 && (errors.Is(err, lease.ErrUnknown) || errors.Is(err, lease.ErrLowValidity)) {
+					continue
+				}
 				failedLong.Add(1)
 				started <- false
-				t.Logf("long lease %d not acquired: %v", i, err)
-			case err != nil:
-				if lostLong.Add(1) <= 3 {
+				t.Logf("long lease %d not acquired in %d attempts: %v", i, attempt, err)
+				return
+			}
+			if err != nil {
+				lostMu.Lock()
+				lostAt = append(lostAt, time.Now())
+				n := len(lostAt)
+				lostMu.Unlock()
+				if n <= 3 {
 					t.Logf("long lease %d: %v", i, err)
 				}
 			}
@@ -499,7 +530,19 @@ func TestMixedTTLsOnOneClient(t *testing.T) {
 	close(stop)
 	wg.Wait()
 	t.Logf("short leases lost: %d (no fault: these are timing-sensitive and not asserted)", lostShort.Load())
-	table(t, itoa(long)+" leases at TTL 900ms + 4 at TTL 12ms on one Client", "no long lease lost", long, int(lostLong.Load()))
+	const ttl = 900 * time.Millisecond
+	lost, stalled := 0, 0
+	for _, at := range lostAt {
+		if st.lost(at.Add(-ttl), at) >= ttl/3 {
+			stalled++
+		} else {
+			lost++
+		}
+	}
+	if stalled > 0 {
+		t.Logf("%d long leases lost after the process stalled for %v or more in the TTL before (not counted)", stalled, ttl/3)
+	}
+	table(t, itoa(long)+" leases at TTL 900ms + 4 at TTL 12ms on one Client", "no long lease lost", long, lost)
 }
 
 var lostShort atomic.Int32
@@ -535,12 +578,23 @@ func TestSlowSubscriptionDoesNotDelayOtherCalls(t *testing.T) {
 	time.Sleep(50 * time.Millisecond) // the waiter is subscribing
 	const budget = 300 * time.Millisecond
 	late := 0
+	st := watchStalls(t, 5*time.Millisecond)
 	for range 5 {
+		accepted := p.Accepted()
 		start := time.Now()
 		err := c.Do(ctx, "b", lease.Spec{TTL: time.Second, Deadline: budget, Wait: 200 * time.Millisecond, MinValidity: 10 * time.Millisecond}, func(context.Context) error { return nil })
-		if el := time.Since(start); el > budget+100*time.Millisecond {
+		end := time.Now()
+		if el := end.Sub(start); el-st.lost(start.Add(budget), end) > budget+100*time.Millisecond {
 			late++
 			t.Logf("call returned %v after start (budget %v): %v", el, budget, err)
+		}
+		// Busy, unless the acquire's reply could not come in time: on a
+		// new connection (delayed 1.5s like the subscription's) or with
+		// the process stalled for a good part of the budget (-race on a
+		// loaded machine). That is ErrUnknown, as documented.
+		if lost := st.lost(start, end); errors.Is(err, lease.ErrUnknown) && (p.Accepted() > accepted || lost >= budget/3) {
+			t.Logf("not busy: %v (connections dialled %d, process stalled %v)", err, p.Accepted()-accepted, lost)
+			continue
 		}
 		mustIs(t, err, lease.ErrBusy)
 	}
@@ -556,7 +610,8 @@ func TestSlowSubscriptionDoesNotDelayOtherCalls(t *testing.T) {
 	for range 3 {
 		start := time.Now()
 		err := c.Do(ctx, "b", lease.Spec{TTL: time.Second, Deadline: budget, Wait: 200 * time.Millisecond, MinValidity: 10 * time.Millisecond}, func(context.Context) error { return nil })
-		if el := time.Since(start); el > budget+100*time.Millisecond {
+		end := time.Now()
+		if el := end.Sub(start); el-st.lost(start.Add(budget), end) > budget+100*time.Millisecond {
 			late++
 			t.Logf("call returned %v after start (budget %v): %v", el, budget, err)
 		}
@@ -599,14 +654,19 @@ func TestWaiterRechecksWithoutNotification(t *testing.T) {
 	rdb := shared.Client(t)
 	key := uniqueKey(t)
 	rdb.Set(context.Background(), lockKey(key), "stale-owner:0", 10*time.Second)
+	st := watchStalls(t, 5*time.Millisecond)
 	time.AfterFunc(100*time.Millisecond, func() { rdb.Del(context.Background(), lockKey(key)) })
 	start := time.Now()
 	err := c.Do(context.Background(), key, lease.Spec{TTL: time.Second, Deadline: 5 * time.Second, Wait: 2 * time.Second}, func(context.Context) error { return nil })
 	if err != nil {
 		t.Fatal(err)
 	}
-	if el := time.Since(start); el > 100*time.Millisecond+200*time.Millisecond+150*time.Millisecond {
-		t.Fatalf("took the key %v after the wait began; re-checks are every 200ms", el)
+	// Less what the process stalled meanwhile (the race detector's pauses
+	// on a loaded machine): a stall delays the deletion and the re-check
+	// alike, while a waiter that slept on the PTTL takes 10s.
+	end := time.Now()
+	if el, lost := end.Sub(start), st.lost(start, end); el-lost > 100*time.Millisecond+200*time.Millisecond+150*time.Millisecond {
+		t.Fatalf("took the key %v after the wait began (the process stalled for %v of it); re-checks are every 200ms", el, lost)
 	}
 }
 
@@ -675,13 +735,15 @@ func TestCloseWakesWaiters(t *testing.T) {
 		done <- c.Do(context.Background(), key, lease.Spec{TTL: time.Second, Deadline: 10 * time.Second, Wait: 5 * time.Second}, func(context.Context) error { return nil })
 	}()
 	time.Sleep(100 * time.Millisecond) // the waiter is asleep
+	st := watchStalls(t, 5*time.Millisecond)
 	start := time.Now()
 	c.Close()
 	select {
 	case err := <-done:
+		end := time.Now()
 		mustIs(t, err, lease.ErrClosed)
-		if el := time.Since(start); el > 100*time.Millisecond {
-			t.Fatalf("waiter returned %v after Close", el)
+		if el, lost := end.Sub(start), st.lost(start, end); el-lost > 100*time.Millisecond {
+			t.Fatalf("waiter returned %v after Close (the process stalled for %v of it)", el, lost)
 		}
 	case <-time.After(3 * time.Second):
 		t.Fatal("waiter not woken by Close")
