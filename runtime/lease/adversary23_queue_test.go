@@ -276,8 +276,9 @@ func adv23RunChurn(t *testing.T, sc adv23Churn) {
 	admin := srv.Client(t)
 	const key = "churn"
 	type cl struct {
-		c *lease.Client
-		p *leasetest.Proxy
+		c   *lease.Client
+		p   *leasetest.Proxy
+		rec *leasetest.Recorder
 	}
 	var cs []cl
 	for i := 0; i < sc.clients; i++ {
@@ -286,9 +287,9 @@ func adv23RunChurn(t *testing.T, sc adv23Churn) {
 		if sc.recheck > 0 {
 			opts = append(opts, lease.WithRecheck(sc.recheck))
 		}
-		c, _ := adv23Client(t, p.Addr(), opts...)
+		c, rec := adv23Client(t, p.Addr(), opts...)
 		warm(t, c, "warm")
-		cs = append(cs, cl{c, p})
+		cs = append(cs, cl{c, p, rec})
 	}
 	var (
 		mu      sync.Mutex
@@ -324,6 +325,9 @@ func adv23RunChurn(t *testing.T, sc adv23Churn) {
 	work := func(r *rand.Rand, start *time.Time) func(ctx context.Context) error {
 		return func(ctx context.Context) error {
 			l, _ := lease.FromContext(ctx)
+			if id, _ := ctx.Value(adv23IDKey{}).(*string); id != nil {
+				*id = l.Owner() // the call's events name it (see below)
+			}
 			sp := adv23Span{id: l.Owner(), start: *start, in: time.Now()}
 			if in.Add(1) != 1 {
 				overlap.Add(1)
@@ -366,6 +370,7 @@ func adv23RunChurn(t *testing.T, sc adv23Churn) {
 				if r.IntN(5) == 0 {
 					ctx, cancel = context.WithTimeout(context.Background(), time.Duration(5+r.IntN(60))*time.Millisecond)
 				}
+				ctx = context.WithValue(ctx, adv23IDKey{}, new(string))
 				start := time.Now()
 				err := x.c.Do(ctx, key, s, work(r, &start))
 				cancel()
@@ -453,8 +458,43 @@ func adv23RunChurn(t *testing.T, sc adv23Churn) {
 	t.Logf("%d identities held the key; longest hold after a function returned %v (%s); longest by an identity that ran none %v (%s)",
 		len(seen), worst.Round(time.Millisecond), worstID, worstOther.Round(time.Millisecond), otherID)
 	if worst >= 300*time.Millisecond {
-		t.Errorf("identity %s held the key %v after its function returned: a grant to a finished call", worstID, worst.Round(time.Millisecond))
+		// A release that went unconfirmed (a reply cut again on every
+		// retry, a process stalled past the release timeout) leaves the
+		// key to expire by its TTL, as documented (EventReleaseUnconfirmed):
+		// logged, not counted. A grant nobody released, or released late,
+		// still fails.
+		var recs []*leasetest.Recorder
+		for _, c := range cs {
+			recs = append(recs, c.rec)
+		}
+		if e, ok := adv23Unconfirmed(recs, worstID); ok {
+			t.Logf("identity %s held the key %v after its function returned: its release went unconfirmed (%v), so the key expired by its TTL, as documented", worstID, worst.Round(time.Millisecond), e.Err)
+		} else {
+			t.Errorf("identity %s held the key %v after its function returned: a grant to a finished call", worstID, worst.Round(time.Millisecond))
+		}
 	}
+}
+
+// adv23IDKey is the context key under which a churn call keeps the
+// identity its function ran under, so that the call's events (whose Ctx
+// is the caller's) can be told apart by identity.
+type adv23IDKey struct{}
+
+// adv23Unconfirmed finds an EventReleaseUnconfirmed of a call whose
+// function ran under identity id (a kept lease's later release is
+// reported to the last call that used it).
+func adv23Unconfirmed(recs []*leasetest.Recorder, id string) (lease.Event, bool) {
+	for _, r := range recs {
+		for _, e := range r.Events() {
+			if e.Kind != lease.EventReleaseUnconfirmed {
+				continue
+			}
+			if p, _ := e.Ctx.Value(adv23IDKey{}).(*string); p != nil && *p == id {
+				return e, true
+			}
+		}
+	}
+	return lease.Event{}, false
 }
 
 func fmtErr(err error) string {
