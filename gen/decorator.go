@@ -91,6 +91,11 @@ func (g *pkgGen) decorator(ts *ast.TypeSpec, it *ast.InterfaceType) *templates.D
 		return nil
 	}
 	iface := named.Underlying().(*types.Interface)
+	if !iface.IsMethodSet() {
+		// NewLeasedS(next S, ...) S would not compile.
+		g.errorf(ts.Name.Pos(), "%s: is a constraint (it embeds comparable or type terms), not a type of values; a decorator wraps a value of an interface type (annotate the methods of an interface without them)", ts.Name.Name)
+		return nil
+	}
 	for i := range iface.NumMethods() {
 		if m := iface.Method(i); !m.Exported() && m.Pkg() != g.pkg.Types {
 			g.errorf(ts.Name.Pos(), "%s: no decorator can implement it outside package %s, which declares its unexported method %s", ts.Name.Name, m.Pkg().Name(), m.Name())
