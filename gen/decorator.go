@@ -18,7 +18,7 @@ func (g *pkgGen) decorator(ts *ast.TypeSpec, it *ast.InterfaceType) *templates.D
 	dirs := map[string]*directive.Directive{}
 	docs := map[string]*ast.CommentGroup{}
 	for _, f := range it.Methods.List {
-		d := g.one(g.find(f.Doc))
+		d := g.one(g.find(f.Doc), "an interface method")
 		if d == nil {
 			continue
 		}
