@@ -149,7 +149,7 @@ func (g *pkgGen) build() *templates.File {
 		for _, decl := range f.Decls {
 			switch decl := decl.(type) {
 			case *ast.FuncDecl:
-				if d := g.one(g.find(decl.Doc)); d != nil {
+				if d := g.one(g.find(decl.Doc), "a function"); d != nil {
 					if w := g.funcWrapper(decl, d); w != nil {
 						m.Wrappers = append(m.Wrappers, w)
 					}
@@ -190,14 +190,14 @@ func (g *pkgGen) build() *templates.File {
 	return m
 }
 
-// one returns the single //lease:lock or //lease:leader of a doc comment,
-// reporting extras.
-func (g *pkgGen) one(ds []*directive.Directive) *directive.Directive {
+// one returns the single //lease:lock or //lease:leader of the doc comment
+// of on (a function, an interface method), reporting extras.
+func (g *pkgGen) one(ds []*directive.Directive, on string) *directive.Directive {
 	var first *directive.Directive
 	for _, d := range ds {
 		switch {
 		case d.Name == directive.Defaults:
-			g.errorf(d.Slash, "//lease:defaults belongs in the package doc comment, not on a function")
+			g.errorf(d.Slash, "//lease:defaults belongs in the package doc comment, not on %s", on)
 		case first != nil && first.Name == d.Name:
 			g.errorf(d.Slash, "duplicate //lease:%s (one per function; first at %s)", d.Name, g.errs.where(first.Slash))
 		case first != nil:

@@ -26,7 +26,7 @@ type clientSource struct {
 // target's one parameter of that type, else an added parameter. Two or more
 // candidates of one kind need client=.
 func (g *pkgGen) client(d *directive.Directive, sig *types.Signature, recv *types.Named, recvName string, n *namer) (clientSource, bool) {
-	fields := g.clientFields(recv)
+	fields, amb := g.clientFields(recv)
 	var params []int // indexes of the target's *lease.Client parameters
 	for i := range sig.Params().Len() {
 		if isLeaseClient(sig.Params().At(i).Type()) {
@@ -54,6 +54,10 @@ func (g *pkgGen) client(d *directive.Directive, sig *types.Signature, recv *type
 			n.reserve(name)
 			return clientSource{expr: name, param: -1}, true
 		}
+		if recv != nil && g.ambiguousField(recv, name) {
+			g.errorf(d.Client.Pos, "client=%s: %s.%s is ambiguous: embedded structs at the same depth both have a field %s (Go refuses the selector); give %s a field of its own, or name a parameter or package-level variable", name, recvName, name, name, recv.Obj().Name())
+			return none, false
+		}
 		var cands []string
 		cands = append(cands, fields...)
 		for _, i := range params {
@@ -68,6 +72,11 @@ func (g *pkgGen) client(d *directive.Directive, sig *types.Signature, recv *type
 		return none, false
 	}
 	switch {
+	case len(amb) > 0:
+		// Go refuses recv.C when two embedded structs at one depth have
+		// a field C: picking one, or adding a parameter, would hide that.
+		g.errorf(d.Slash, "the receiver's *lease.Client field %s is promoted from embedded structs at the same depth, so %s.%s is ambiguous: give %s a field of its own, or choose a parameter or package-level variable with client=", amb[0], recvName, amb[0], recv.Obj().Name())
+		return none, false
 	case len(fields) == 1:
 		return clientSource{expr: recvName + "." + fields[0], param: -1}, true
 	case len(fields) > 1:
@@ -96,27 +105,38 @@ func (g *pkgGen) clientField(recv *types.Named, name string) bool {
 	return ok && v.IsField() && isLeaseClient(v.Type())
 }
 
+// ambiguousField reports that recv.name is ambiguous: two embedded structs
+// at the shallowest depth with the name both have it.
+func (g *pkgGen) ambiguousField(recv *types.Named, name string) bool {
+	obj, index, _ := types.LookupFieldOrMethod(types.NewPointer(recv), true, g.pkg.Types, name)
+	return obj == nil && index != nil
+}
+
 // clientFields lists the fields of type *lease.Client that recv.name
 // selects: recv's own, else those promoted from embedded structs at the
 // shallowest depth that has any (a service that embeds a Base holding the
-// client).
-func (g *pkgGen) clientFields(recv *types.Named) []string {
+// client). amb lists the names of such fields at that depth that Go finds
+// ambiguous (two embedded structs have them).
+func (g *pkgGen) clientFields(recv *types.Named) (names, amb []string) {
 	if recv == nil {
-		return nil
+		return nil, nil
 	}
 	st, ok := recv.Underlying().(*types.Struct)
 	if !ok {
-		return nil
+		return nil, nil
 	}
 	seen := map[types.Type]bool{}
 	for level := []*types.Struct{st}; len(level) > 0; {
-		var names []string
 		var next []*types.Struct
 		for _, s := range level {
 			for i := range s.NumFields() {
 				f := s.Field(i)
-				if isLeaseClient(f.Type()) && !slices.Contains(names, f.Name()) && g.clientField(recv, f.Name()) {
-					names = append(names, f.Name())
+				if isLeaseClient(f.Type()) && !slices.Contains(names, f.Name()) && !slices.Contains(amb, f.Name()) {
+					if g.clientField(recv, f.Name()) {
+						names = append(names, f.Name())
+					} else if g.ambiguousField(recv, f.Name()) {
+						amb = append(amb, f.Name())
+					}
 				}
 				if !f.Embedded() {
 					continue
@@ -131,10 +151,10 @@ func (g *pkgGen) clientFields(recv *types.Named) []string {
 				}
 			}
 		}
-		if len(names) > 0 {
-			return names
+		if len(names) > 0 || len(amb) > 0 {
+			return names, amb
 		}
 		level = next
 	}
-	return nil
+	return nil, nil
 }

@@ -119,6 +119,10 @@ func (g *pkgGen) identity(d *directive.Directive, sig *types.Signature, recv *ty
 		g.errorf(d.Identity.Pos, "identity=%s%s; the candidate's identity is a string (a host or pod name)", name, wrong)
 		return identitySource{}, false
 	}
+	if recv != nil && g.ambiguousField(recv, name) {
+		g.errorf(d.Identity.Pos, "identity=%s: the receiver's %s is ambiguous: embedded structs at the same depth both have a field %s (Go refuses the selector); give %s a field of its own, or name a parameter or package-level variable or constant", name, name, name, recv.Obj().Name())
+		return identitySource{}, false
+	}
 	g.errorf(d.Identity.Pos, "identity=%s: no receiver field, parameter or package-level variable or constant %s of a string type%s", name, name, directive.Suggest(name, cands))
 	return identitySource{}, false
 }

@@ -160,7 +160,7 @@ func (g *pkgGen) keyPart(p directive.Part, sig *types.Signature, orig map[string
 			text += "()"
 		}
 	}
-	kp, stringer, ok := g.keyValue(p, kp, expr, text, t, q, nilCheck)
+	kp, stringer, ok := g.keyValue(p, kp, expr, text, t, addressable, q, nilCheck)
 	if ok && kp.NonEmpty && kp.Str != "" && (calls || stringer) {
 		// Evaluate a method's result once: it is checked, then escaped.
 		kp.StrVar = n.alloc("part", "part")
@@ -170,7 +170,7 @@ func (g *pkgGen) keyPart(p directive.Part, sig *types.Signature, orig map[string
 
 // keyValue converts the part's final value to an escaped string.
 // stringer reports that the value is the result of a String call.
-func (g *pkgGen) keyValue(p directive.Part, kp templates.KeyPart, expr, text string, t types.Type, q *qual, nilCheck func(kp *templates.KeyPart, expr, text string) string) (_ templates.KeyPart, stringer, ok bool) {
+func (g *pkgGen) keyValue(p directive.Part, kp templates.KeyPart, expr, text string, t types.Type, addressable bool, q *qual, nilCheck func(kp *templates.KeyPart, expr, text string) string) (_ templates.KeyPart, stringer, ok bool) {
 	if _, isTP := t.(*types.TypeParam); isTP {
 		g.errorf(p.Pos, "key part %s: %s has a type parameter's type; key parts must have concrete types", p.Src, text)
 		return kp, false, false
@@ -226,8 +226,12 @@ func (g *pkgGen) keyValue(p directive.Part, kp templates.KeyPart, expr, text str
 		// A String or MarshalText on *T: the method is there, on the
 		// pointer (a part can call String by name).
 		switch pt := types.NewPointer(t); {
-		case types.Implements(pt, stringerIface):
+		case types.Implements(pt, stringerIface) && addressable:
 			hint = fmt.Sprintf("; String is declared on *%s: write {%s.String()}, or declare it on %s", ts, text, ts)
+		case types.Implements(pt, stringerIface):
+			// x.Get().String() would not compile: a result is not
+			// addressable.
+			hint = fmt.Sprintf("; String is declared on *%s, and %s is not addressable: declare it on %s", ts, text, ts)
 		case types.Implements(pt, marshalIface):
 			hint = fmt.Sprintf("; MarshalText is declared on *%s, not on %s", ts, ts)
 		}

@@ -599,7 +599,11 @@ func emitDecorator(w *Writer, item any) error {
 			call = "return " + call
 		}
 		w.line("")
-		w.doc([]string{m.Name + " passes through to next (no directive)."})
+		doc := m.Doc
+		if doc == nil {
+			doc = []string{m.Name + " passes through to next (no directive)."}
+		}
+		w.doc(doc)
 		w.line(recv + m.Name + "(" + params(m.Params) + ")" + results(m.Results) + " {")
 		w.line(call)
 		w.line("}")

@@ -126,7 +126,7 @@ func checkStale(pass *analysis.Pass, chk *gen.Checked) {
 			pos = chk.Protected[0].Decl.Pos()
 		}
 		msg := "lease: no generated wrappers for this package's //lease: directives: run go generate"
-		if !runsLeasegen(pass.Files) {
+		if !runsLeasegen(pass) {
 			// go generate would do nothing: say what is missing.
 			msg += " (no //go:generate line in this package runs leasegen: add //go:generate go tool leasegen to one of its files)"
 		}
@@ -152,18 +152,50 @@ func checkStale(pass *analysis.Pass, chk *gen.Checked) {
 	})
 }
 
-// runsLeasegen reports that a //go:generate line in files names leasegen.
-func runsLeasegen(files []*ast.File) bool {
-	for _, f := range files {
+// runsLeasegen reports that a //go:generate line of the package names
+// leasegen. go generate reads more than the analyzed files: the test files
+// (internal and external), and files built only with the "generate" tag it
+// sets; so every .go file of the package's directories is read, whatever
+// its build constraints (a hint wrongly given is worse than one missed).
+func runsLeasegen(pass *analysis.Pass) bool {
+	dirs := map[string]bool{}
+	for _, f := range pass.Files {
 		for _, cg := range f.Comments {
 			for _, c := range cg.List {
-				if strings.HasPrefix(c.Text, "//go:generate ") && strings.Contains(c.Text, "leasegen") {
+				if isLeasegenLine(c.Text) {
+					return true
+				}
+			}
+		}
+		dirs[filepath.Dir(pass.Fset.File(f.Pos()).Name())] = true
+	}
+	for dir := range dirs {
+		entries, err := os.ReadDir(dir)
+		if err != nil {
+			return true // cannot tell: no hint
+		}
+		for _, e := range entries {
+			if e.IsDir() || !strings.HasSuffix(e.Name(), ".go") {
+				continue
+			}
+			content, err := os.ReadFile(filepath.Join(dir, e.Name()))
+			if err != nil {
+				return true
+			}
+			for line := range strings.Lines(string(content)) {
+				if isLeasegenLine(strings.TrimRight(line, "\r\n")) {
 					return true
 				}
 			}
 		}
 	}
 	return false
+}
+
+// isLeasegenLine reports that line is a //go:generate line (as go generate
+// recognizes them: the command after a space or a tab) naming leasegen.
+func isLeasegenLine(line string) bool {
+	return (strings.HasPrefix(line, "//go:generate ") || strings.HasPrefix(line, "//go:generate\t")) && strings.Contains(line, "leasegen")
 }
 
 // enclosingFunc returns the innermost function declaration around n.

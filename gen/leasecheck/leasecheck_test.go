@@ -12,7 +12,7 @@ import (
 // GOPATH mode over testdata); the runtime packages there are stubs.
 func TestAnalyzer(t *testing.T) {
 	analysistest.Run(t, analysistest.TestData(), leasecheck.Analyzer,
-		"clean", "directives", "fencecheck", "escape", "order", "bypassuser", "testfiles", "decoratoronly", "leader", "nogenline", "genline")
+		"clean", "directives", "fencecheck", "escape", "order", "bypassuser", "testfiles", "decoratoronly", "leader", "nogenline", "genline", "genlinetab", "genlinetest", "genlinextest", "genlinetag")
 }
 
 func TestSuggestedFixes(t *testing.T) {

@@ -1,0 +1,5 @@
+//go:build generate
+
+package genlinetag
+
+//go:generate ../../bin/leasegen

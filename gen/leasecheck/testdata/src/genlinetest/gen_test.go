@@ -1,0 +1,3 @@
+package genlinetest
+
+//go:generate go tool leasegen
