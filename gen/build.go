@@ -314,17 +314,8 @@ func (g *pkgGen) funcWrapper(fd *ast.FuncDecl, raw *directive.Directive) *templa
 			w.TypeParams = append(w.TypeParams, templates.Param{Name: tp.Obj().Name(), Type: q.typ(tp.Constraint())})
 		}
 	}
-	paramTypes := make([]string, sig.Params().Len())
-	for i := range paramTypes {
-		t := sig.Params().At(i).Type()
-		if sig.Variadic() && i == len(paramTypes)-1 {
-			t = t.(*types.Slice).Elem()
-		}
-		paramTypes[i] = q.typ(t)
-	}
-	for i := range sig.Results().Len() {
-		w.Results = append(w.Results, q.typ(sig.Results().At(i).Type()))
-	}
+	paramTypes, results := q.sigTypes(sig)
+	w.Results = append(w.Results, results...)
 	// The compile-time tie to the wrapped signature.
 	switch {
 	case recvNamed != nil:

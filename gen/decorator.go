@@ -153,17 +153,8 @@ func (g *pkgGen) decoratorMethod(dec *templates.Decorator, ts *ast.TypeSpec, m *
 	// Type text first: it names the imports, which no parameter may
 	// shadow.
 	q := g.qual()
-	ptypes := make([]string, sig.Params().Len())
-	for j := range ptypes {
-		t := sig.Params().At(j).Type()
-		if sig.Variadic() && j == len(ptypes)-1 {
-			t = t.(*types.Slice).Elem()
-		}
-		ptypes[j] = q.typ(t)
-	}
-	for j := range sig.Results().Len() {
-		w.Results = append(w.Results, q.typ(sig.Results().At(j).Type()))
-	}
+	ptypes, results := q.sigTypes(sig)
+	w.Results = append(w.Results, results...)
 	n := g.newNamer(q, ptypes, w.Results)
 	n.reserve(dec.Recv)
 	orig := map[string]int{}

@@ -180,6 +180,23 @@ func (q *qual) typeArgs(l *types.TypeList) string {
 }
 
 // signature renders "(params) results" of a signature, unnamed.
+// sigTypes returns the type text of sig's parameters (a variadic one's
+// element type: the parameter is written "name ...T") and of its results.
+func (q *qual) sigTypes(sig *types.Signature) (params, results []string) {
+	params = make([]string, sig.Params().Len())
+	for i := range params {
+		t := sig.Params().At(i).Type()
+		if sig.Variadic() && i == len(params)-1 {
+			t = t.(*types.Slice).Elem()
+		}
+		params[i] = q.typ(t)
+	}
+	for i := range sig.Results().Len() {
+		results = append(results, q.typ(sig.Results().At(i).Type()))
+	}
+	return params, results
+}
+
 func (q *qual) signature(sig *types.Signature) string {
 	ps := make([]string, sig.Params().Len())
 	for i := range ps {
