@@ -71,22 +71,12 @@ func TestAdversary17_ForceReleaseRacingHandover(t *testing.T) {
 		h := holdUntil(t, hc, key, lease.Spec{TTL: 3 * time.Second, Deadline: time.Minute, Fence: true})
 		w := a17Queue(t, wc, admin, key, lease.Spec{TTL: 5 * time.Second, Deadline: time.Minute, Wait: 30 * time.Second, Fence: true})
 		shown := inspect(t, admin, key)
-		var res lease.ForceResult
-		var ferr error
-		var wg sync.WaitGroup
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if i%2 == 0 {
-				time.Sleep(time.Duration(i%5) * 100 * time.Microsecond)
-			}
-			res, ferr = admin.ForceRelease(ctx, key, shown.Holder)
-		}()
+		force := forceRacing(admin, key, shown.Holder, i)
 		if i%2 == 1 {
 			time.Sleep(time.Duration(i%5) * 100 * time.Microsecond)
 		}
 		close(h.release)
-		wg.Wait()
+		res, ferr := force()
 		herr := <-h.done
 		if ferr != nil {
 			t.Fatalf("round %d: ForceRelease: %v", i, ferr)
@@ -620,4 +610,25 @@ func TestAdversary17_InspectDuringHandoverStorm(t *testing.T) {
 		}
 	}
 	t.Logf("%d inspections of a held key, %d distinct grants shown, %d grants entered", len(shown), len(byTok), len(entered))
+}
+
+// forceRacing starts admin.ForceRelease(key, id) in a goroutine, to race
+// what the caller does next: on even rounds i it first sleeps (i%5)×100µs
+// (odd rounds leave the pause to the caller). The returned function waits
+// for its result.
+func forceRacing(admin *lease.Client, key, id string, i int) func() (lease.ForceResult, error) {
+	var res lease.ForceResult
+	var err error
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if i%2 == 0 {
+			time.Sleep(time.Duration(i%5) * 100 * time.Microsecond)
+		}
+		res, err = admin.ForceRelease(context.Background(), key, id)
+	}()
+	return func() (lease.ForceResult, error) {
+		<-done
+		return res, err
+	}
 }

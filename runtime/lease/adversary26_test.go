@@ -191,19 +191,9 @@ func TestAdversary26_ForceRacesLeaderRelease(t *testing.T) {
 		term := adv26Lead(c, key, lease.LeadSpec{TTL: 30 * time.Second, Owner: fmt.Sprintf("L%d", i)})
 		l := term.waitEntered(t)
 		id := l.Owner()
-		var res lease.ForceResult
-		var ferr error
-		var wg sync.WaitGroup
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if i%2 == 0 {
-				time.Sleep(time.Duration(i%5) * 100 * time.Microsecond)
-			}
-			res, ferr = admin.ForceRelease(context.Background(), key, id)
-		}()
+		force := forceRacing(admin, key, id, i)
 		term.stop(t)
-		wg.Wait()
+		res, ferr := force()
 		if ferr != nil {
 			t.Fatalf("round %d: ForceRelease: %v", i, ferr)
 		}
