@@ -53,16 +53,16 @@ func (a *call) acquireOnce(ctx context.Context, waitUntil time.Time) (*Lease, ti
 		case waitUntil.IsZero() && !a.spec.Fence && a.c.replicas == 0:
 			granted, pttl, err = a.setNX(actx)
 		case a.c.replicas > 0:
-			var vals []any
-			vals, acked, err = a.acquireReplicated(actx, a.acquireArgs(sent, waitUntil))
+			var r int64
+			r, acked, err = a.acquireReplicated(actx, a.acquireArgs(sent, waitUntil))
 			if err == nil {
-				granted, tok, pttl, err = parseAcquire(vals)
+				granted, tok, pttl = parseAcquire(r)
 			}
 		default:
-			var vals []any
-			vals, err = a.c.evalArgs(actx, acquireScript, a.acquireArgs(sent, waitUntil)).Slice()
+			var r int64
+			r, err = a.c.evalArgs(actx, acquireScript, a.acquireArgs(sent, waitUntil))
 			if err == nil {
-				granted, tok, pttl, err = parseAcquire(vals)
+				granted, tok, pttl = parseAcquire(r)
 			}
 		}
 		cancel()
@@ -210,11 +210,11 @@ func sleepCtx(ctx context.Context, d time.Duration) bool {
 
 // acquireReplicated sends the acquire and WAIT in one pipeline on the
 // connection to the key's master, and returns how many replicas acknowledged.
-func (a *call) acquireReplicated(ctx context.Context, argv []any) ([]any, int, error) {
+func (a *call) acquireReplicated(ctx context.Context, argv []any) (int64, int, error) {
 	for try := 0; ; try++ {
 		pipe, err := a.c.pipeliner(ctx, a.k.lock)
 		if err != nil {
-			return nil, 0, err
+			return 0, 0, err
 		}
 		// EVALSHA, and on NOSCRIPT the same by EVAL (as Script.Run does;
 		// no SCRIPT LOAD, which a least-privilege ACL need not allow).
@@ -231,39 +231,32 @@ func (a *call) acquireReplicated(ctx context.Context, argv []any) ([]any, int, e
 			if try == 0 && redis.HasErrorPrefix(err, "NOSCRIPT") {
 				continue
 			}
-			return nil, 0, err
+			return 0, 0, err
 		}
-		vals, err := eval.Slice()
+		r, err := eval.Int64()
 		if err != nil {
-			return nil, 0, err
+			return 0, 0, err
 		}
 		n, err := wait.Int()
 		if err != nil {
-			return nil, 0, err
+			return 0, 0, err
 		}
-		return vals, n, nil
+		return r, n, nil
 	}
 }
 
-func parseAcquire(vals []any) (granted bool, tok Token, pttl time.Duration, err error) {
-	if len(vals) != 3 {
-		return false, 0, 0, fmt.Errorf("lease: unexpected acquire reply %v", vals)
-	}
-	g, ok1 := vals[0].(int64)
-	ts, ok2 := vals[1].(string)
-	p, ok3 := vals[2].(int64)
-	if !ok1 || !ok2 || !ok3 {
-		return false, 0, 0, fmt.Errorf("lease: unexpected acquire reply %v", vals)
-	}
-	t, err := strconv.ParseUint(ts, 10, 64)
-	if err != nil {
-		return false, 0, 0, fmt.Errorf("lease: unexpected token %q in acquire reply", ts)
+// parseAcquire reads the acquire script's answer (see acquire.lua): a
+// token (≥ 0) on a grant; when busy, -3 - the key's PTTL, returned as the
+// holder's remaining time (-1 when unknown: no key, or no expiry).
+func parseAcquire(r int64) (granted bool, tok Token, pttl time.Duration) {
+	if r >= 0 {
+		return true, Token(r), 0
 	}
 	pttl = -1
-	if p >= 0 {
+	if p := -3 - r; p >= 0 {
 		pttl = time.Duration(p) * time.Millisecond
 	}
-	return g == 1, Token(t), pttl, nil
+	return false, 0, pttl
 }
 
 // refused reports a request that was definitely not executed: nothing to

@@ -50,15 +50,18 @@ func (i *intArg) String() string { return strconv.FormatInt(i.n, 10) }
 // on NOSCRIPT by EVAL with a copy of the arguments, as Script.Run does (no
 // SCRIPT LOAD, which a least-privilege ACL need not allow). A command once
 // sent is never changed: a hook may keep it and format it later.
-func (c *Client) evalArgs(ctx context.Context, s *script, argv []any) *redis.Cmd {
+func (c *Client) evalArgs(ctx context.Context, s *script, argv []any) (int64, error) {
 	argv[0], argv[1] = "evalsha", s.sha
-	cmd := c.rdb.Do(ctx, argv...)
+	// Both scripts answer one integer: an IntCmd reads it without boxing.
+	cmd := redis.NewIntCmd(ctx, argv...)
+	_ = c.rdb.Process(ctx, cmd)
 	if err := cmd.Err(); err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
 		argv = slices.Clone(argv)
 		argv[0], argv[1] = "eval", s.src
-		cmd = c.rdb.Do(ctx, argv...)
+		cmd = redis.NewIntCmd(ctx, argv...)
+		_ = c.rdb.Process(ctx, cmd)
 	}
-	return cmd
+	return cmd.Result()
 }
 
 // acqArgs are one acquire's arguments: its command line (SET or the

@@ -120,7 +120,7 @@ func (c *Client) releaseWith(ctx context.Context, r *relArgs, k *keys, tombKey, 
 	r.argv = [...]any{nil, nil, "6",
 		sarg(&k.lock), sarg(&k.channel), sarg(tombKey), sarg(&k.fence), sarg(&k.queue), sarg(&k.qexp),
 		sarg(id), holdArg, "PUBLISH", c.tombTTLArg, c.counterTTLArg, memberArg, tombArg}
-	res, err := c.evalArgs(ctx, releaseScript, r.argv[:]).Int64()
+	res, err := c.evalArgs(ctx, releaseScript, r.argv[:])
 	if res >= 10 {
 		// Released (or hold set), but a message was refused.
 		res -= 10
