@@ -146,7 +146,14 @@ func (a *call) acquireArgs(now, waitUntil time.Time) []any {
 			// again within a re-check and confirms it), so that a waiter
 			// whose process is gone holds the key up no longer than that.
 			claim := min(a.c.recheck+100*time.Millisecond, a.spec.TTL)
-			a.member = a.id + "|" + strconv.FormatInt(ms(a.spec.TTL), 10) + "|" + fence.(string) + "|" + strconv.FormatInt(ms(claim), 10) + "|" + a.c.hub.probe
+			// identity|ttl|fence|claim|inbox, in one allocation.
+			var buf [192]byte
+			b := append(buf[:0], a.id...)
+			b = strconv.AppendInt(append(b, '|'), ms(a.spec.TTL), 10)
+			b = append(append(b, '|'), fence.(string)...)
+			b = strconv.AppendInt(append(b, '|'), ms(claim), 10)
+			b = append(append(b, '|'), a.c.hub.probe...)
+			a.member = string(b)
 		}
 	}
 	var memberArg any = ""

@@ -131,11 +131,11 @@ type call struct {
 	cancelDeadline context.CancelFunc
 	fctx           refCtx
 	acq            limitCtx
-	det            detachedCtx
-	waiting        bool      // EventWaiting was reported
-	seq            int64     // acquires sent by the call (each one's number in acquire.lua)
-	busySeq        int64     // the number of the last acquire answered busy
-	busySent       time.Time // when that acquire was sent
+	rctx           releaseCtx // the release's context
+	waiting        bool       // EventWaiting was reported
+	seq            int64      // acquires sent by the call (each one's number in acquire.lua)
+	busySeq        int64      // the number of the last acquire answered busy
+	busySent       time.Time  // when that acquire was sent
 	token          Token
 
 	// Command arguments (see args.go), allocated with the call for its

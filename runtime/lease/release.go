@@ -28,10 +28,9 @@ func (a *call) release(ctx context.Context, hold time.Duration) released {
 	if cap := now.Add(a.c.releaseTimeout); cap.Before(dl) {
 		dl = cap
 	}
-	a.det = detachedCtx{ctx}
-	rctx, cancel := context.WithDeadline(&a.det, dl)
-	defer cancel()
-	res, err := a.sendRelease(rctx, hold)
+	a.rctx = releaseCtx{parent: ctx, dl: dl}
+	defer a.rctx.stop()
+	res, err := a.sendRelease(&a.rctx, hold)
 	r := released{res: res, at: time.Now()}
 	took := r.at.Sub(now)
 	var held time.Duration

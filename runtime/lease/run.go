@@ -194,13 +194,67 @@ var closedChan = func() chan struct{} {
 	return ch
 }()
 
-// detachedCtx is context.WithoutCancel(ctx) allocated with the call: the
-// values of ctx (a trace span for hooks), none of its cancellation.
-type detachedCtx struct{ context.Context }
+// releaseCtx is the release's context, allocated with the call: the
+// values of the caller's context (a trace span for hooks), none of its
+// cancellation, and the release's own deadline. It is
+// context.WithDeadline(context.WithoutCancel(ctx), dl) without their
+// allocations on the hot path: its Done channel and timer are made when
+// Done is first asked for (go-redis asks once per command, to bound a wait
+// for a pooled connection by the deadline).
+type releaseCtx struct {
+	parent context.Context
+	dl     time.Time
 
-func (detachedCtx) Deadline() (time.Time, bool) { return time.Time{}, false }
-func (detachedCtx) Done() <-chan struct{}       { return nil }
-func (detachedCtx) Err() error                  { return nil }
+	mu    sync.Mutex
+	done  chan struct{}
+	timer *time.Timer
+}
+
+func (c *releaseCtx) Deadline() (time.Time, bool) { return c.dl, true }
+
+func (c *releaseCtx) Done() <-chan struct{} {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.done == nil {
+		if d := time.Until(c.dl); d <= 0 {
+			c.done = closedChan
+		} else {
+			ch := make(chan struct{})
+			c.done, c.timer = ch, time.AfterFunc(d, func() { close(ch) })
+		}
+	}
+	return c.done
+}
+
+// Err is DeadlineExceeded once Done is closed, as for WithDeadline.
+func (c *releaseCtx) Err() error {
+	select {
+	case <-c.Done():
+		return context.DeadlineExceeded
+	default:
+		return nil
+	}
+}
+
+// Value is the caller's context's, except a context kept as a value: the
+// context package finds a parent's cancellation that way (context.Cause,
+// and contexts made from this one), and the caller's is not this one's.
+func (c *releaseCtx) Value(key any) any {
+	v := c.parent.Value(key)
+	if _, ok := v.(context.Context); ok {
+		return nil
+	}
+	return v
+}
+
+// stop ends the timer, once the release is done.
+func (c *releaseCtx) stop() {
+	c.mu.Lock()
+	if c.timer != nil {
+		c.timer.Stop()
+	}
+	c.mu.Unlock()
+}
 
 // lossCause is the cause of a loss detected by the clock, with the last
 // renewal failure when there was one.
