@@ -10,7 +10,6 @@ package lease_test
 
 import (
 	"context"
-	"fmt"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -28,12 +27,14 @@ func adv11Busy(args []any, cmd redis.Cmder) bool {
 	if !adv10Script(args, "4") {
 		return false
 	}
-	c, ok := cmd.(*redis.Cmd)
+	// The acquire script answers one integer, negative when busy (see
+	// acquire.lua).
+	c, ok := cmd.(*redis.IntCmd)
 	if !ok {
 		return false
 	}
-	vals, err := c.Slice()
-	return err == nil && len(vals) > 0 && fmt.Sprint(vals[0]) == "0"
+	n, err := c.Result()
+	return err == nil && n < 0
 }
 
 // One Client waits on many keys at once (a worker pool on a sharded
