@@ -96,6 +96,7 @@ func Generate(cfg Config) ([]File, error) {
 	// resolve. Those errors are set aside and forgiven only if this run
 	// generates the missing names; any other error stops generation.
 	var deferred []deferredErr
+	compiled := false // an error beyond loading: the code itself is broken
 	for _, p := range pkgs {
 		hasTypeErrors := false
 		for _, e := range p.Errors {
@@ -109,12 +110,13 @@ func Generate(cfg Config) ([]File, error) {
 				deferred = append(deferred, deferredErr{e, p, qual, name, method})
 				continue
 			}
+			compiled = compiled || e.Kind != packages.ListError
 			el.addPackageError(e)
 		}
 	}
 	if len(el.list) > 0 {
 		el.list.Sort()
-		return nil, &CompileError{el.list}
+		return nil, &CompileError{List: el.list, Load: !compiled}
 	}
 	var files []File
 	own := map[string]map[string]bool{} // package path -> names its directives generate
@@ -176,7 +178,7 @@ func Generate(cfg Config) ([]File, error) {
 	}
 	if len(unresolved.list) > 0 && len(el.list) == 0 {
 		unresolved.list.Sort()
-		return nil, &CompileError{unresolved.list}
+		return nil, &CompileError{List: unresolved.list}
 	}
 	if len(el.list) > 0 {
 		el.list.Sort()
@@ -291,16 +293,22 @@ func parseTests(fset *token.FileSet, dir, pkgName string) (tests, internal []*as
 	return tests, internal
 }
 
-// CompileError is Generate's error when the packages do not compile:
-// leasegen refuses to generate from broken code. Its text lists every
-// error, one per line, as go build prints them.
+// CompileError is Generate's error when the packages do not compile, or
+// cannot be loaded at all (a pattern that names no package, a missing
+// module): leasegen refuses to generate from broken code. Its text lists
+// every error, one per line, as go build prints them.
 type CompileError struct {
 	List scanner.ErrorList // sorted
+	Load bool              // every error is go list's: no package's code was read
 }
 
 func (e *CompileError) Error() string {
 	var b strings.Builder
-	b.WriteString("leasegen: the packages do not compile; fix these first:")
+	if e.Load {
+		b.WriteString("leasegen: cannot load the packages:")
+	} else {
+		b.WriteString("leasegen: the packages do not compile; fix these first:")
+	}
 	for _, x := range e.List {
 		b.WriteString("\n" + x.Error())
 	}

@@ -254,6 +254,16 @@ func TestBrokenPackageListsEveryError(t *testing.T) {
 	}
 }
 
+// A pattern that names no package is a load error, not code that does not
+// compile (it said "the packages do not compile; fix these first").
+func TestMissingPackageIsALoadError(t *testing.T) {
+	setup(t, good)
+	code, _, stderr := leasegen("./nonexist")
+	if code != 1 || !strings.Contains(stderr, "leasegen: cannot load the packages:") || !strings.Contains(stderr, "nonexist") || strings.Contains(stderr, "do not compile") {
+		t.Fatalf("leasegen ./nonexist = %d, stderr %q; want 1, a load error naming nonexist", code, stderr)
+	}
+}
+
 // -o names a file the build must compile: go build ignores names starting
 // with _ or ., and builds a name ending in _GOOS, _GOARCH or
 // _GOOS_GOARCH for that platform only, so the wrappers would be undefined
