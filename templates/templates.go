@@ -547,13 +547,22 @@ func duration(w *Writer, d time.Duration) string {
 //	func NewLeasedStore(next Store, c *lease.Client) Store { return &leasedStore{next, c} }
 //	func (x *leasedStore) Save(ctx context.Context, ...) error { ...lease around x.next.Save... }
 //	func (x *leasedStore) Get(...) (...) { return x.next.Get(...) }
+// article is "an" before a name that starts with a vowel the way English
+// reads most type names (an Inventory, an Order; a User, a Store).
+func article(name string) string {
+	if name != "" && strings.ContainsRune("AEIOaeio", rune(name[0])) {
+		return "an"
+	}
+	return "a"
+}
+
 func emitDecorator(w *Writer, item any) error {
 	d, ok := item.(*Decorator)
 	if !ok {
 		return fmt.Errorf("templates: decorator wants a *Decorator, got %T", item)
 	}
 	client := "*" + w.pkg(leasePkg) + ".Client"
-	w.doc([]string{fmt.Sprintf("%s wraps a %s: its annotated methods run under leases.", d.Struct, d.Iface)})
+	w.doc([]string{fmt.Sprintf("%s wraps %s %s: its annotated methods run under leases.", d.Struct, article(d.Iface), d.Iface)})
 	w.line("type " + d.Struct + " struct {")
 	keyWidth := max(len(d.Next), len(d.ClientF)) + 1
 	w.line(d.Next + strings.Repeat(" ", keyWidth-len(d.Next)) + d.IfaceTyp)
@@ -561,7 +570,7 @@ func emitDecorator(w *Writer, item any) error {
 	w.line("}")
 	w.line("")
 	w.doc([]string{
-		fmt.Sprintf("%s returns a %s that calls next, holding a lease around each method", d.Ctor, d.Iface),
+		fmt.Sprintf("%s returns %s %s that calls next, holding a lease around each method", d.Ctor, article(d.Iface), d.Iface),
 		"annotated with //lease:lock (the others are passed straight through).",
 	})
 	w.line("func " + d.Ctor + "(next " + d.IfaceTyp + ", c " + client + ") " + d.IfaceTyp + " {")

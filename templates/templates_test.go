@@ -79,3 +79,21 @@ func TestRenderNeedsNoGofmt(t *testing.T) {
 		}
 	}
 }
+
+// A decorator's docs read "an Inventory", not "a Inventory".
+func TestArticleBeforeTypeNames(t *testing.T) {
+	for name, want := range map[string]string{"Inventory": "an", "Order": "an", "Auditor": "an", "Events": "an", "Store": "a", "User": "a", "repo": "a", "item": "an"} {
+		if got := article(name); got != want {
+			t.Errorf("article(%q) = %q, want %q", name, got, want)
+		}
+	}
+	d := &Decorator{Iface: "Inventory", IfaceTyp: "Inventory", Ctor: "NewLeasedInventory", Struct: "leasedInventory", Recv: "x", Next: "next", ClientF: "leases"}
+	b, err := Render(&File{PkgPath: "example.com/p", PkgName: "p", Decorators: []*Decorator{d}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := string(b)
+	if !strings.Contains(out, "wraps an Inventory:") || !strings.Contains(out, "returns an Inventory that") {
+		t.Errorf("decorator docs:\n%s", out)
+	}
+}
