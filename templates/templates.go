@@ -547,6 +547,7 @@ func duration(w *Writer, d time.Duration) string {
 //	func NewLeasedStore(next Store, c *lease.Client) Store { return &leasedStore{next, c} }
 //	func (x *leasedStore) Save(ctx context.Context, ...) error { ...lease around x.next.Save... }
 //	func (x *leasedStore) Get(...) (...) { return x.next.Get(...) }
+//
 // article is "an" before a name that starts with a vowel the way English
 // reads most type names (an Inventory, an Order; a User, a Store).
 func article(name string) string {
