@@ -541,13 +541,6 @@ func duration(w *Writer, d time.Duration) string {
 	return t + ".Duration(" + strconv.FormatInt(int64(d), 10) + ")"
 }
 
-// emitDecorator emits
-//
-//	type leasedStore struct { next Store; leases *lease.Client }
-//	func NewLeasedStore(next Store, c *lease.Client) Store { return &leasedStore{next, c} }
-//	func (x *leasedStore) Save(ctx context.Context, ...) error { ...lease around x.next.Save... }
-//	func (x *leasedStore) Get(...) (...) { return x.next.Get(...) }
-//
 // article is "an" before a name that starts with a vowel the way English
 // reads most type names (an Inventory, an Order; a User, a Store).
 func article(name string) string {
@@ -557,6 +550,12 @@ func article(name string) string {
 	return "a"
 }
 
+// emitDecorator emits
+//
+//	type leasedStore struct { next Store; leases *lease.Client }
+//	func NewLeasedStore(next Store, c *lease.Client) Store { return &leasedStore{next, c} }
+//	func (x *leasedStore) Save(ctx context.Context, ...) error { ...lease around x.next.Save... }
+//	func (x *leasedStore) Get(...) (...) { return x.next.Get(...) }
 func emitDecorator(w *Writer, item any) error {
 	d, ok := item.(*Decorator)
 	if !ok {
