@@ -1,6 +1,7 @@
 package gen
 
 import (
+	"fmt"
 	"go/types"
 	"slices"
 	"strconv"
@@ -93,7 +94,58 @@ func (g *pkgGen) client(d *directive.Directive, sig *types.Signature, recv *type
 		return none, false
 	}
 	// No source: the wrapper takes the client as a parameter after ctx.
+	if hidden := g.hiddenClientField(recv); hidden != "" {
+		// Most likely a field named like the embedded client by mistake:
+		// the wrapper's new parameter would be the only sign of it.
+		g.errs.warn(d.Slash, fmt.Sprintf("lease: the receiver's embedded %s is a *lease.Client that %s hides (Go selects the shallower field), so the wrapper takes the client as a parameter; rename one of them, or choose a source with client=", hidden, recvName+"."+hidden[strings.LastIndex(hidden, ".")+1:]))
+	}
 	return clientSource{added: n.alloc("c", "c"), param: -1}, true
+}
+
+// hiddenClientField names ("Base.leases") a *lease.Client field of an
+// embedded struct of recv that recv cannot select: a shallower field or
+// method of the same name hides it. "" if there is none.
+func (g *pkgGen) hiddenClientField(recv *types.Named) string {
+	if recv == nil {
+		return ""
+	}
+	st, ok := recv.Underlying().(*types.Struct)
+	if !ok {
+		return ""
+	}
+	type node struct {
+		st   *types.Struct
+		path string
+	}
+	seen := map[types.Type]bool{}
+	for level := []node{{st, ""}}; len(level) > 0; {
+		var next []node
+		for _, nd := range level {
+			for i := range nd.st.NumFields() {
+				f := nd.st.Field(i)
+				if nd.path != "" && isLeaseClient(f.Type()) && !g.clientField(recv, f.Name()) && !g.ambiguousField(recv, f.Name()) {
+					return nd.path + "." + f.Name()
+				}
+				if !f.Embedded() {
+					continue
+				}
+				t := types.Unalias(f.Type())
+				if p, ok := t.(*types.Pointer); ok {
+					t = types.Unalias(p.Elem())
+				}
+				if est, ok := t.Underlying().(*types.Struct); ok && !seen[t] {
+					seen[t] = true
+					path := f.Name()
+					if nd.path != "" {
+						path = nd.path + "." + path
+					}
+					next = append(next, node{est, path})
+				}
+			}
+		}
+		level = next
+	}
+	return ""
 }
 
 // clientField reports that recv.name selects a field of type *lease.Client
