@@ -1,0 +1,230 @@
+package lease_test
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/goleak"
+
+	"github.com/leasegen/leasegen/runtime/lease"
+)
+
+// adv27IsRelease tells the release script's command by its literal
+// "PUBLISH" argument (release.go's argv).
+func adv27IsRelease(cmd redis.Cmder) bool {
+	return slices.Contains(cmd.Args(), any("PUBLISH"))
+}
+
+// adv27Hook calls onRelease with the context go-redis runs the release
+// script with.
+type adv27Hook struct{ onRelease func(ctx context.Context) }
+
+func (h *adv27Hook) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h *adv27Hook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if adv27IsRelease(cmd) {
+			h.onRelease(ctx)
+		}
+		return next(ctx, cmd)
+	}
+}
+func (h *adv27Hook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+// A hook that ties cleanup to the release's context (context.AfterFunc,
+// or a goroutine waiting on Done, as an async span exporter does) sees it
+// done once the release is over, as with context.WithDeadline's cancel:
+// the release's context must not stay open forever after the release
+// (its timer stopped, Done never closed), leaking the hook's goroutine.
+func TestAdversary27_ReleaseCtxDoneAfterRelease(t *testing.T) {
+	rdb := shared.Client(t)
+	var (
+		mu   sync.Mutex
+		ctxs []context.Context
+		ran  atomic.Int32
+	)
+	rdb.AddHook(&adv27Hook{onRelease: func(ctx context.Context) {
+		mu.Lock()
+		ctxs = append(ctxs, ctx)
+		mu.Unlock()
+		context.AfterFunc(ctx, func() { ran.Add(1) }) // stop never called
+	}})
+	ignore := goleak.IgnoreCurrent()
+	c, _ := newClient(t, rdb, lease.WithReleaseTimeout(30*time.Second))
+	for _, s := range []lease.Spec{
+		{TTL: 20 * time.Second, Deadline: time.Minute},
+		{TTL: 20 * time.Second, Deadline: time.Minute, Fence: true},
+		{TTL: 20 * time.Second, Deadline: time.Minute, Wait: time.Second},
+	} {
+		if err := c.Do(context.Background(), uniqueKey(t), s, nop); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mu.Lock()
+	n := len(ctxs)
+	got := slices.Clone(ctxs)
+	mu.Unlock()
+	if n < 3 {
+		t.Fatalf("saw %d releases, want at least 3", n)
+	}
+	if !waitFor(3*time.Second, func() bool { return ran.Load() == int32(n) }) {
+		t.Errorf("context.AfterFunc on the release context ran %d of %d times in 3s after the calls returned (the release deadline is ~30s away)", ran.Load(), n)
+	}
+	for i, ctx := range got {
+		if ctx.Err() == nil {
+			t.Errorf("release %d: its context is not done after the release (Err nil)", i)
+		}
+	}
+	if !waitFor(3*time.Second, func() bool { return goleak.Find(ignore) == nil }) {
+		t.Errorf("goroutines leaked: %v", goleak.Find(ignore))
+	}
+}
+
+type adv27Key struct{}
+
+// adv27Req is a request-scoped value that is itself a context.Context (as
+// a web framework's request context is, e.g. *gin.Context).
+type adv27Req struct {
+	context.Context
+	id string
+}
+
+// The release's context has the caller's values, also one that happens to
+// implement context.Context; not the caller's cancellation: cancelled (with
+// a cause) in fn, the release still runs, its context and contexts a hook
+// derives from it are live and have no cause, and the caller's cause does
+// not leak through context.Cause.
+func TestAdversary27_ReleaseCtxValuesAndCause(t *testing.T) {
+	rdb := shared.Client(t)
+	type seen struct {
+		req      any
+		err      error
+		cause    error
+		derived  error
+		dlOK     bool
+		afterRan bool
+	}
+	var (
+		mu  sync.Mutex
+		got []seen
+	)
+	rdb.AddHook(&adv27Hook{onRelease: func(ctx context.Context) {
+		s := seen{req: ctx.Value(adv27Key{}), err: ctx.Err(), cause: context.Cause(ctx)}
+		_, s.dlOK = ctx.Deadline()
+		d, cancel := context.WithTimeout(ctx, time.Minute)
+		s.derived = d.Err()
+		cancel()
+		ran := make(chan struct{})
+		stop := context.AfterFunc(ctx, func() { close(ran) })
+		select {
+		case <-ran:
+			s.afterRan = true
+		default:
+		}
+		stop()
+		mu.Lock()
+		got = append(got, s)
+		mu.Unlock()
+	}})
+	ignore := goleak.IgnoreCurrent()
+	c, rec := newClient(t, rdb)
+	myCause := errors.New("adv27: caller gave up")
+	for _, s := range []lease.Spec{
+		{TTL: 5 * time.Second, Deadline: 10 * time.Second},
+		{TTL: 5 * time.Second, Deadline: 10 * time.Second, Fence: true, Wait: time.Second},
+	} {
+		parent, cancel := context.WithCancelCause(context.Background())
+		req := &adv27Req{Context: parent, id: "req-1"}
+		ctx := context.WithValue(parent, adv27Key{}, req)
+		key := uniqueKey(t)
+		err := c.Do(ctx, key, s, func(context.Context) error { cancel(myCause); return nil })
+		t.Logf("Do = %v", err)
+		if n := shared.Client(t).Exists(context.Background(), lockKey(key)).Val(); n != 0 {
+			t.Errorf("key %q still held after Do: the release was cancelled", key)
+		}
+	}
+	released := 0
+	for _, e := range rec.Events() {
+		if e.Kind == lease.EventReleased {
+			released++
+		}
+	}
+	if released != 2 {
+		t.Errorf("%d EventReleased, want 2", released)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(got) != 2 {
+		t.Fatalf("saw %d releases, want 2", len(got))
+	}
+	for i, s := range got {
+		if r, ok := s.req.(*adv27Req); !ok || r.id != "req-1" {
+			t.Errorf("release %d: hook saw value %v, want the caller's request value", i, s.req)
+		}
+		if s.err != nil || s.cause != nil || s.derived != nil || s.afterRan {
+			t.Errorf("release %d: ctx Err %v, Cause %v, derived Err %v, AfterFunc ran %v: want all live", i, s.err, s.cause, s.derived, s.afterRan)
+		}
+		if !s.dlOK {
+			t.Errorf("release %d: no deadline", i)
+		}
+	}
+	if !waitFor(3*time.Second, func() bool { return goleak.Find(ignore) == nil }) {
+		t.Errorf("goroutines leaked: %v", goleak.Find(ignore))
+	}
+}
+
+// A fence counter seeded high from outside (a migration, or a counter
+// carried over from another store) past 2^53, where Lua's doubles no
+// longer hold every integer: tokens stay exact and strictly increasing.
+func TestAdversary27_FenceCounterPast2To53(t *testing.T) {
+	c, _ := sharedClient(t)
+	direct := shared.Client(t)
+	key := uniqueKey(t)
+	fenceKey := strings.TrimSuffix(lockKey(key), ":l") + ":f"
+	const seed = 9007199254740993 // 2^53 + 1: not a double
+	if err := direct.Set(context.Background(), fenceKey, "9007199254740993", time.Hour).Err(); err != nil {
+		t.Fatal(err)
+	}
+	s := lease.Spec{TTL: 5 * time.Second, Deadline: 10 * time.Second, Fence: true}
+	prev := lease.Token(seed)
+	for i := range 3 {
+		var tok lease.Token
+		if err := c.Do(context.Background(), key, s, func(ctx context.Context) error {
+			l, _ := lease.FromContext(ctx)
+			tok = l.Token()
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		stored, _ := direct.Get(context.Background(), fenceKey).Result()
+		t.Logf("call %d: token %d, counter %s", i, tok, stored)
+		if tok <= prev {
+			t.Fatalf("call %d: token %d not above the previous %d", i, tok, prev)
+		}
+		if stored != strconvU(uint64(tok)) {
+			t.Errorf("call %d: token %d, counter %s", i, tok, stored)
+		}
+		prev = tok
+	}
+}
+
+func strconvU(u uint64) string {
+	var b [20]byte
+	i := len(b)
+	for {
+		i--
+		b[i] = byte('0' + u%10)
+		u /= 10
+		if u == 0 {
+			return string(b[i:])
+		}
+	}
+}
