@@ -111,13 +111,14 @@ func TestAdversary27_ReleaseCtxValuesAndCause(t *testing.T) {
 		derived  error
 		dlOK     bool
 		afterRan bool
+		ctx      context.Context
 	}
 	var (
 		mu  sync.Mutex
 		got []seen
 	)
 	rdb.AddHook(&adv27Hook{onRelease: func(ctx context.Context) {
-		s := seen{req: ctx.Value(adv27Key{}), err: ctx.Err(), cause: context.Cause(ctx)}
+		s := seen{req: ctx.Value(adv27Key{}), err: ctx.Err(), cause: context.Cause(ctx), ctx: ctx}
 		_, s.dlOK = ctx.Deadline()
 		d, cancel := context.WithTimeout(ctx, time.Minute)
 		s.derived = d.Err()
@@ -174,6 +175,12 @@ func TestAdversary27_ReleaseCtxValuesAndCause(t *testing.T) {
 		}
 		if !s.dlOK {
 			t.Errorf("release %d: no deadline", i)
+		}
+		// Over now: done, and the caller's cause is not its cause.
+		if !waitFor(3*time.Second, func() bool { return s.ctx.Err() != nil }) {
+			t.Errorf("release %d: its context not done after the release", i)
+		} else if cause := context.Cause(s.ctx); errors.Is(cause, myCause) || cause != s.ctx.Err() {
+			t.Errorf("release %d: after the release, Cause %v, Err %v", i, cause, s.ctx.Err())
 		}
 	}
 	if !waitFor(3*time.Second, func() bool { return goleak.Find(ignore) == nil }) {
