@@ -235,3 +235,54 @@ func strconvU(u uint64) string {
 		}
 	}
 }
+
+// The same for a handover: a waiter granted by the holder's release gets
+// a token above a counter past 2^53, and the waiter's next call another.
+func TestAdversary27_FenceCounterPast2To53Handover(t *testing.T) {
+	c, _ := sharedClient(t)
+	direct := shared.Client(t)
+	key := uniqueKey(t)
+	fenceKey := strings.TrimSuffix(lockKey(key), ":l") + ":f"
+	s := lease.Spec{TTL: 5 * time.Second, Deadline: 10 * time.Second, Fence: true, Wait: 5 * time.Second}
+	entered := make(chan struct{})
+	release := make(chan struct{})
+	first := make(chan error, 1)
+	var tok1 lease.Token
+	go func() {
+		first <- c.Do(context.Background(), key, s, func(ctx context.Context) error {
+			l, _ := lease.FromContext(ctx)
+			tok1 = l.Token()
+			close(entered)
+			<-release
+			return nil
+		})
+	}()
+	<-entered
+	const seed = "18014398509481985" // 2^54 + 1
+	if err := direct.Set(context.Background(), fenceKey, seed, time.Hour).Err(); err != nil {
+		t.Fatal(err)
+	}
+	second := make(chan lease.Token, 1)
+	go func() {
+		_ = c.Do(context.Background(), key, s, func(ctx context.Context) error {
+			l, _ := lease.FromContext(ctx)
+			second <- l.Token()
+			return nil
+		})
+	}()
+	waitFor(5*time.Second, func() bool { return direct.ZCard(context.Background(), strings.TrimSuffix(lockKey(key), ":l")+":q").Val() > 0 })
+	close(release)
+	if err := <-first; err != nil {
+		t.Fatal(err)
+	}
+	var tok2 lease.Token
+	select {
+	case tok2 = <-second:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no second grant")
+	}
+	t.Logf("tokens %d, %d (counter seeded %s)", tok1, tok2, seed)
+	if strconvU(uint64(tok2)) != "18014398509481986" {
+		t.Errorf("the waiter's token %d, want 18014398509481986 (seed + 1)", tok2)
+	}
+}
