@@ -14,6 +14,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/leasegen/leasegen/runtime/lease"
+	"github.com/leasegen/leasegen/runtime/leasetest"
 )
 
 // adv27IsRelease tells the release script's command by its literal
@@ -284,5 +285,186 @@ func TestAdversary27_FenceCounterPast2To53Handover(t *testing.T) {
 	t.Logf("tokens %d, %d (counter seeded %s)", tok1, tok2, seed)
 	if strconvU(uint64(tok2)) != "18014398509481986" {
 		t.Errorf("the waiter's token %d, want 18014398509481986 (seed + 1)", tok2)
+	}
+}
+
+func adv27Tok(t *testing.T, c *lease.Client, key string, s lease.Spec) lease.Token {
+	t.Helper()
+	var tok lease.Token
+	if err := c.Do(context.Background(), key, s, func(ctx context.Context) error {
+		tok, _ = lease.TokenFrom(ctx)
+		return nil
+	}); err != nil {
+		t.Fatalf("Do(%q): %v", key, err)
+	}
+	return tok
+}
+
+// A lost acquire reply (go-redis re-sends the script, which finds its own
+// identity) answers the same grant with the same exact token, for a
+// microsecond token and for one past 2^53; never busy.
+func TestAdversary27_ReplayAnswersSameToken(t *testing.T) {
+	c, rec, p, direct, _ := proxied(t, nil)
+	s := lease.Spec{TTL: 5 * time.Second, Deadline: 10 * time.Second, Fence: true}
+	for _, seed := range []string{"", "9007199254740993", "9223372036854775000"} {
+		key := "replay" + seed
+		fenceKey := strings.TrimSuffix(lockKey(key), ":l") + ":f"
+		adv27Tok(t, c, key, s) // warm: connection, scripts
+		if seed != "" {
+			direct.Set(context.Background(), fenceKey, seed, time.Hour)
+		}
+		p.Set(leasetest.CutNextReply)
+		var tok lease.Token
+		var inKey string
+		if err := c.Do(context.Background(), key, s, func(ctx context.Context) error {
+			tok, _ = lease.TokenFrom(ctx)
+			inKey = direct.Get(ctx, lockKey(key)).Val()
+			return nil
+		}); err != nil {
+			t.Fatalf("seed %q: %v", seed, err)
+		}
+		if p.Cut() == 0 {
+			t.Fatalf("seed %q: no reply cut", seed)
+		}
+		counter := direct.Get(context.Background(), fenceKey).Val()
+		t.Logf("seed %q: token %d, key %s, counter %s", seed, tok, inKey, counter)
+		if !strings.HasSuffix(inKey, ":"+strconvU(uint64(tok))) || counter != strconvU(uint64(tok)) {
+			t.Errorf("seed %q: token %d, key value %q, counter %s", seed, tok, inKey, counter)
+		}
+		if seed != "" && strconvU(uint64(tok)) <= seed && len(strconvU(uint64(tok))) == len(seed) {
+			t.Errorf("seed %q: token %d not above it", seed, tok)
+		}
+		p.Set(leasetest.Pass)
+	}
+	if n := rec.Count(lease.EventBusy) + rec.Count(lease.EventAcquireUnknown); n != 0 {
+		t.Errorf("%d busy/unknown events", n)
+	}
+}
+
+// Busy answers by the script (fenced, or waiting) tell the holder's
+// remaining time: about the PX set from outside, none for a key with no
+// expiry; and a grant is never read as busy (token 0 of an unfenced
+// waiting call included).
+func TestAdversary27_BusyRemainingTime(t *testing.T) {
+	c, _ := sharedClient(t)
+	direct := shared.Client(t)
+	for _, s := range []lease.Spec{
+		{TTL: time.Second, Deadline: 2 * time.Second, Fence: true},
+		{TTL: time.Second, Deadline: 2 * time.Second, Wait: 50 * time.Millisecond},
+	} {
+		key := uniqueKey(t)
+		direct.Set(context.Background(), lockKey(key), "someone:7", 0)
+		err := c.Do(context.Background(), key, s, func(context.Context) error { t.Error("entered a busy key"); return nil })
+		mustIs(t, err, lease.ErrBusy)
+		if strings.Contains(err.Error(), "more") {
+			t.Errorf("no expiry: %v", err)
+		}
+		direct.PExpire(context.Background(), lockKey(key), 5*time.Second)
+		err = c.Do(context.Background(), key, s, func(context.Context) error { t.Error("entered a busy key"); return nil })
+		mustIs(t, err, lease.ErrBusy)
+		i := strings.Index(err.Error(), " for ")
+		if i < 0 {
+			t.Fatalf("no remaining time: %v", err)
+		}
+		f := strings.Fields(err.Error()[i+5:])
+		d, perr := time.ParseDuration(strings.TrimSuffix(f[0], ";"))
+		if perr != nil || d <= 3*time.Second || d > 5*time.Second {
+			t.Errorf("remaining %q (%v): want about 5s: %v", f[0], perr, err)
+		}
+		direct.Del(context.Background(), lockKey(key))
+		if tok := adv27Tok(t, c, key, s); (tok != 0) != s.Fence {
+			t.Errorf("token %d, fenced %v", tok, s.Fence)
+		}
+	}
+}
+
+// After SCRIPT FLUSH every path still runs (EVALSHA's NOSCRIPT, then
+// EVAL): fenced, waiting, release, handover.
+func TestAdversary27_ScriptFlush(t *testing.T) {
+	c, rec := sharedClient(t)
+	direct := shared.Client(t)
+	s := lease.Spec{TTL: 5 * time.Second, Deadline: 10 * time.Second, Fence: true, Wait: 5 * time.Second}
+	key := uniqueKey(t)
+	prev := adv27Tok(t, c, key, s)
+	for i := range 3 {
+		direct.ScriptFlush(context.Background())
+		tok := adv27Tok(t, c, key, s)
+		if tok <= prev {
+			t.Errorf("round %d: token %d after %d", i, tok, prev)
+		}
+		prev = tok
+	}
+	if n := direct.Exists(context.Background(), lockKey(key)).Val(); n != 0 {
+		t.Errorf("key left held")
+	}
+	if n := rec.Count(lease.EventReleaseUnconfirmed); n != 0 {
+		t.Errorf("%d unconfirmed releases", n)
+	}
+}
+
+// The acquire + WAIT pipeline reads the one-integer answer: tokens
+// increase, busy is busy.
+func TestAdversary27_ReplicasPath(t *testing.T) {
+	srv := leasetest.StartRedis(t)
+	rep := srv.StartReplica(t)
+	srv.WaitReplicas(t, rep)
+	c, rec := newClient(t, srv.Client(t), lease.WithReplicas(1, 2*time.Second))
+	key := "rep27"
+	s := lease.Spec{TTL: 5 * time.Second, Deadline: 10 * time.Second, Fence: true}
+	a := adv27Tok(t, c, key, s)
+	srv.Client(t).ScriptFlush(context.Background())
+	b := adv27Tok(t, c, key, s)
+	if a == 0 || b <= a {
+		t.Errorf("tokens %d then %d", a, b)
+	}
+	srv.Client(t).Set(context.Background(), lockKey(key), "other:1", 3*time.Second)
+	err := c.Do(context.Background(), key, s, func(context.Context) error { t.Error("entered"); return nil })
+	mustIs(t, err, lease.ErrBusy)
+	if !strings.Contains(err.Error(), "more") {
+		t.Errorf("busy without remaining time: %v", err)
+	}
+	if n := rec.Count(lease.EventUnreplicated); n != 0 {
+		t.Errorf("%d unreplicated", n)
+	}
+}
+
+// A queue member longer than its 192-byte buffer (a long prefix makes a
+// long inbox channel) is exact: the waiter is handed the lease by the
+// holder's release, which tells it on that inbox.
+func TestAdversary27_LongMemberHandover(t *testing.T) {
+	prefix := strings.Repeat("prefix-ü-", 30) + ":"
+	c, rec := newClient(t, shared.Client(t), lease.WithPrefix(prefix))
+	key := uniqueKey(t)
+	s := lease.Spec{Name: strings.Repeat("n", 300), TTL: 5 * time.Second, Deadline: 10 * time.Second, Fence: true, Wait: 5 * time.Second}
+	in, release := make(chan struct{}), make(chan struct{})
+	first := make(chan error, 1)
+	go func() {
+		first <- c.Do(context.Background(), key, s, func(context.Context) error { close(in); <-release; return nil })
+	}()
+	<-in
+	second := make(chan error, 1)
+	go func() {
+		second <- c.Do(context.Background(), key, s, nop)
+	}()
+	qkey := prefix + "{" + key + "}:q"
+	if !waitFor(5*time.Second, func() bool { return shared.Client(t).ZCard(context.Background(), qkey).Val() == 1 }) {
+		t.Fatal("waiter not queued")
+	}
+	m := shared.Client(t).ZRange(context.Background(), qkey, 0, 0).Val()[0]
+	if len(m) <= 192 || !strings.Contains(m, "|5000|1|") || !strings.HasSuffix(m, "|"+prefix+"{%probe-") && !strings.Contains(m, "|"+prefix+"{%probe-") {
+		t.Errorf("member %q (%d bytes)", m, len(m))
+	}
+	close(release)
+	if err := <-first; err != nil {
+		t.Fatal(err)
+	}
+	if err := <-second; err != nil {
+		t.Fatal(err)
+	}
+	if rec.Count(lease.EventAcquired) != 2 {
+		t.Errorf("events %v", adv9Kinds(rec))
+	}
+	if rec.Count(lease.EventReleaseUnconfirmed) != 0 {
+		t.Errorf("events %v", adv9Kinds(rec))
 	}
 }
