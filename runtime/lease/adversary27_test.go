@@ -468,3 +468,42 @@ func TestAdversary27_LongMemberHandover(t *testing.T) {
 		t.Errorf("events %v", adv9Kinds(rec))
 	}
 }
+
+// The pool's one connection is taken (BLPOP for 4s) while fn runs: the
+// release waits for a connection no longer than the call's budget (the
+// release's context's Done, made lazily, bounds go-redis's pool wait), and
+// its unconfirmed release is reported. Bound: the budget + 1s, well
+// under the BLPOP's 4s.
+func TestAdversary27_PoolExhaustedAtRelease(t *testing.T) {
+	for _, fence := range []bool{false, true} {
+		c, rec, _, direct, _ := proxied(t, func(o *redis.Options) { o.PoolSize = 1; o.MaxRetries = 3 })
+		rdb := c.Redis().(*redis.Client)
+		if err := c.Do(context.Background(), "warm", lease.Spec{TTL: time.Second, Deadline: 2 * time.Second, Fence: fence}, nop); err != nil {
+			t.Fatal(err)
+		}
+		blocked := make(chan struct{})
+		key := uniqueKey(t)
+		s := lease.Spec{TTL: 5 * time.Second, Deadline: time.Second, Fence: fence}
+		start := time.Now()
+		err := c.Do(context.Background(), key, s, func(context.Context) error {
+			go func() {
+				defer close(blocked)
+				rdb.BLPop(context.Background(), 4*time.Second, "adv27-nothing")
+			}()
+			time.Sleep(100 * time.Millisecond)
+			return nil
+		})
+		took := time.Since(start)
+		t.Logf("fence %v: Do = %v after %v; events %v", fence, err, took.Round(time.Millisecond), adv9Kinds(rec))
+		if took > s.Deadline+time.Second {
+			t.Errorf("fence %v: Do took %v, budget %v", fence, took, s.Deadline)
+		}
+		if rec.Count(lease.EventReleaseUnconfirmed) != 1 {
+			t.Errorf("fence %v: want one unconfirmed release: %v", fence, adv9Kinds(rec))
+		}
+		<-blocked
+		if !waitFor(8*time.Second, func() bool { return direct.Exists(context.Background(), lockKey(key)).Val() == 0 }) {
+			t.Error("key still held")
+		}
+	}
+}
