@@ -271,7 +271,9 @@ func TestAdversary27_FenceCounterPast2To53Handover(t *testing.T) {
 			return nil
 		})
 	}()
-	waitFor(5*time.Second, func() bool { return direct.ZCard(context.Background(), strings.TrimSuffix(lockKey(key), ":l")+":q").Val() > 0 })
+	waitFor(5*time.Second, func() bool {
+		return direct.ZCard(context.Background(), strings.TrimSuffix(lockKey(key), ":l")+":q").Val() > 0
+	})
 	close(release)
 	if err := <-first; err != nil {
 		t.Fatal(err)
