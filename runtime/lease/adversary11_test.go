@@ -10,7 +10,6 @@ package lease_test
 
 import (
 	"context"
-	"fmt"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -28,12 +27,13 @@ func adv11Busy(args []any, cmd redis.Cmder) bool {
 	if !adv10Script(args, "4") {
 		return false
 	}
-	c, ok := cmd.(*redis.Cmd)
+	// One integer: the token on a grant (>= 0), -3 - PTTL when busy.
+	c, ok := cmd.(*redis.IntCmd)
 	if !ok {
 		return false
 	}
-	vals, err := c.Slice()
-	return err == nil && len(vals) > 0 && fmt.Sprint(vals[0]) == "0"
+	r, err := c.Result()
+	return err == nil && r < 0
 }
 
 // One Client waits on many keys at once (a worker pool on a sharded
