@@ -18,12 +18,34 @@
 -- same grant again: the identity is compared, not just the key's existence.
 -- A grant the previous holder's release handed to this identity is found
 -- the same way; either way its TTL starts again now.
+-- nextTok is the next fencing token, max(counter + 1, us), as a decimal
+-- string: exact for a counter past 2^53 too (one set from outside), where
+-- doubles skip integers (c + 1 == c), by incrementing its digits.
+local function nextTok(cs, us)
+  local c = tonumber(cs or '0') or 0
+  if c < 9007199254740991 or not string.find(cs, '^[1-9]%d*$') then
+    local n = c + 1
+    if us > n then n = us end
+    return string.format('%d', n)
+  end
+  local i = #cs
+  while i > 0 and string.byte(cs, i) == 57 do i = i - 1 end
+  if i == 0 then return '1' .. string.rep('0', #cs) end
+  return string.sub(cs, 1, i - 1) .. string.char(string.byte(cs, i) + 1) .. string.rep('0', #cs - i)
+end
+-- answer is a token as the script's answer: a number below 2^53, the
+-- digits above (a number would be rounded; the client reads either).
+local function answer(tok)
+  local n = tonumber(tok)
+  if n and n < 9007199254740992 then return n end
+  return tok
+end
 local v = redis.call('GET', KEYS[1])
 if v then
   local sep = string.find(v, ':', 1, true)
   if sep and string.sub(v, 1, sep - 1) == ARGV[1] then
     redis.call('PEXPIRE', KEYS[1], ARGV[2])
-    return tonumber(string.sub(v, sep + 1))
+    return answer(string.sub(v, sep + 1))
   end
   local pttl = redis.call('PTTL', KEYS[1])
   local life = tonumber(ARGV[5])
@@ -50,11 +72,8 @@ if ARGV[3] == '1' then
   -- keeps tokens increasing when the counter expires or is lost.
   local t = redis.call('TIME')
   local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-  local c = tonumber(redis.call('GET', KEYS[2]) or '0') or 0
-  local n = c + 1
-  if now > n then n = now end
-  tok = string.format('%d', n)
+  tok = nextTok(redis.call('GET', KEYS[2]), now)
   redis.call('SET', KEYS[2], tok, 'PX', ARGV[4])
 end
 redis.call('SET', KEYS[1], ARGV[1] .. ':' .. tok, 'PX', ARGV[2])
-return tonumber(tok)
+return answer(tok)

@@ -200,7 +200,9 @@ var closedChan = func() chan struct{} {
 // context.WithDeadline(context.WithoutCancel(ctx), dl) without their
 // allocations on the hot path: its Done channel and timer are made when
 // Done is first asked for (go-redis asks once per command, to bound a wait
-// for a pooled connection by the deadline).
+// for a pooled connection by the deadline). Like WithDeadline's cancel,
+// stop ends it when the release is over: a hook's context.AfterFunc runs,
+// and a goroutine that waits on Done ends (TestAdversary27_ReleaseCtxDoneAfterRelease).
 type releaseCtx struct {
 	parent context.Context
 	dl     time.Time
@@ -208,6 +210,7 @@ type releaseCtx struct {
 	mu    sync.Mutex
 	done  chan struct{}
 	timer *time.Timer
+	err   error // set when done is closed
 }
 
 func (c *releaseCtx) Deadline() (time.Time, bool) { return c.dl, true }
@@ -216,44 +219,85 @@ func (c *releaseCtx) Done() <-chan struct{} {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.done == nil {
-		if d := time.Until(c.dl); d <= 0 {
+		switch d := time.Until(c.dl); {
+		case c.err != nil:
 			c.done = closedChan
-		} else {
+		case d <= 0:
+			c.done, c.err = closedChan, context.DeadlineExceeded
+		default:
 			ch := make(chan struct{})
-			c.done, c.timer = ch, time.AfterFunc(d, func() { close(ch) })
+			c.done, c.timer = ch, time.AfterFunc(d, func() { c.end(ch, context.DeadlineExceeded) })
 		}
 	}
 	return c.done
 }
 
-// Err is DeadlineExceeded once Done is closed, as for WithDeadline.
+// Err is DeadlineExceeded once the deadline passed, Canceled once the
+// release is over, as for WithDeadline.
 func (c *releaseCtx) Err() error {
-	select {
-	case <-c.Done():
-		return context.DeadlineExceeded
-	default:
-		return nil
-	}
+	c.Done()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.err
 }
 
-// Value is the caller's context's, except a context kept as a value: the
-// context package finds a parent's cancellation that way (context.Cause,
-// and contexts made from this one), and the caller's is not this one's.
+// Value is the caller's context's, except the context package's own key
+// for finding a parent's cancellation (context.Cause, and contexts made
+// from this one): the caller's is not this one's. A value that is itself
+// a context (a framework's request context) is the caller's like any other.
 func (c *releaseCtx) Value(key any) any {
-	v := c.parent.Value(key)
-	if _, ok := v.(context.Context); ok {
+	if key == cancelCtxKey && cancelCtxKey != nil {
 		return nil
+	}
+	v := c.parent.Value(key)
+	if _, ok := v.(context.Context); ok && cancelCtxKey == nil {
+		return nil // the key is unknown (see cancelCtxKey): hide any context
 	}
 	return v
 }
 
-// stop ends the timer, once the release is done.
-func (c *releaseCtx) stop() {
+// end closes done (ch, if the timer's) with err, once.
+func (c *releaseCtx) end(ch chan struct{}, err error) {
 	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.err != nil || ch != nil && c.done != ch {
+		return
+	}
+	c.err = err
 	if c.timer != nil {
 		c.timer.Stop()
 	}
-	c.mu.Unlock()
+	if c.done == nil {
+		c.done = closedChan
+	} else {
+		close(c.done)
+	}
+}
+
+// stop ends the context (Canceled), once the release is done.
+func (c *releaseCtx) stop() { c.end(nil, context.Canceled) }
+
+// cancelCtxKey is the key the context package asks a context's Value for
+// to find its cancelCtx (context.Cause asks it of a done context): learnt
+// once by asking Cause about a done context that records the key.
+var cancelCtxKey = func() any {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	p := &keyProbe{Context: ctx}
+	_ = context.Cause(p)
+	return p.key
+}()
+
+type keyProbe struct {
+	context.Context
+	key any
+}
+
+func (p *keyProbe) Value(key any) any {
+	if p.key == nil {
+		p.key = key
+	}
+	return nil
 }
 
 // lossCause is the cause of a loss detected by the clock, with the last
