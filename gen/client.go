@@ -106,12 +106,27 @@ func (g *pkgGen) client(d *directive.Directive, sig *types.Signature, recv *type
 // embedded struct of recv that recv cannot select: a shallower field or
 // method of the same name hides it. "" if there is none.
 func (g *pkgGen) hiddenClientField(recv *types.Named) string {
+	hidden := ""
+	embeddedFields(recv, func(path string, f *types.Var) bool {
+		if path != "" && isLeaseClient(f.Type()) && !g.clientField(recv, f.Name()) && !g.ambiguousField(recv, f.Name()) {
+			hidden = path + "." + f.Name()
+		}
+		return hidden == ""
+	}, nil)
+	return hidden
+}
+
+// embeddedFields calls field for recv's own fields (path ""), then those
+// of the structs it embeds, level by level (path "Base", "Base.Inner"),
+// each embedded struct once, while field returns true. levelDone, if not
+// nil, is called after each level and stops the walk by returning false.
+func embeddedFields(recv *types.Named, field func(path string, f *types.Var) bool, levelDone func() bool) {
 	if recv == nil {
-		return ""
+		return
 	}
 	st, ok := recv.Underlying().(*types.Struct)
 	if !ok {
-		return ""
+		return
 	}
 	type node struct {
 		st   *types.Struct
@@ -123,8 +138,8 @@ func (g *pkgGen) hiddenClientField(recv *types.Named) string {
 		for _, nd := range level {
 			for i := range nd.st.NumFields() {
 				f := nd.st.Field(i)
-				if nd.path != "" && isLeaseClient(f.Type()) && !g.clientField(recv, f.Name()) && !g.ambiguousField(recv, f.Name()) {
-					return nd.path + "." + f.Name()
+				if !field(nd.path, f) {
+					return
 				}
 				if !f.Embedded() {
 					continue
@@ -143,9 +158,11 @@ func (g *pkgGen) hiddenClientField(recv *types.Named) string {
 				}
 			}
 		}
+		if levelDone != nil && !levelDone() {
+			return
+		}
 		level = next
 	}
-	return ""
 }
 
 // clientField reports that recv.name selects a field of type *lease.Client
@@ -170,43 +187,15 @@ func (g *pkgGen) ambiguousField(recv *types.Named, name string) bool {
 // client). amb lists the names of such fields at that depth that Go finds
 // ambiguous (two embedded structs have them).
 func (g *pkgGen) clientFields(recv *types.Named) (names, amb []string) {
-	if recv == nil {
-		return nil, nil
-	}
-	st, ok := recv.Underlying().(*types.Struct)
-	if !ok {
-		return nil, nil
-	}
-	seen := map[types.Type]bool{}
-	for level := []*types.Struct{st}; len(level) > 0; {
-		var next []*types.Struct
-		for _, s := range level {
-			for i := range s.NumFields() {
-				f := s.Field(i)
-				if isLeaseClient(f.Type()) && !slices.Contains(names, f.Name()) && !slices.Contains(amb, f.Name()) {
-					if g.clientField(recv, f.Name()) {
-						names = append(names, f.Name())
-					} else if g.ambiguousField(recv, f.Name()) {
-						amb = append(amb, f.Name())
-					}
-				}
-				if !f.Embedded() {
-					continue
-				}
-				t := types.Unalias(f.Type())
-				if p, ok := t.(*types.Pointer); ok {
-					t = types.Unalias(p.Elem())
-				}
-				if est, ok := t.Underlying().(*types.Struct); ok && !seen[t] {
-					seen[t] = true
-					next = append(next, est)
-				}
+	embeddedFields(recv, func(_ string, f *types.Var) bool {
+		if isLeaseClient(f.Type()) && !slices.Contains(names, f.Name()) && !slices.Contains(amb, f.Name()) {
+			if g.clientField(recv, f.Name()) {
+				names = append(names, f.Name())
+			} else if g.ambiguousField(recv, f.Name()) {
+				amb = append(amb, f.Name())
 			}
 		}
-		if len(names) > 0 || len(amb) > 0 {
-			return names, amb
-		}
-		level = next
-	}
-	return nil, nil
+		return true
+	}, func() bool { return len(names) == 0 && len(amb) == 0 })
+	return names, amb
 }

@@ -13,10 +13,14 @@ var (
 	renewSrc string
 	//go:embed release.lua
 	releaseSrc string
+	// token.lua is nextTok, the fencing token's minting, which both the
+	// acquire and the release (a handover) do: put before each.
+	//go:embed token.lua
+	tokenSrc string
 
 	// Scripts run with EVALSHA and fall back to EVAL on NOSCRIPT (after a
 	// restart or SCRIPT FLUSH); all three are safe to replay.
-	acquireScript = newScript(acquireSrc)
+	acquireScript = newScript(tokenSrc + acquireSrc)
 	renewScript   = redis.NewScript(renewSrc)
-	releaseScript = newScript(releaseSrc)
+	releaseScript = newScript(tokenSrc + releaseSrc)
 )
