@@ -181,6 +181,7 @@ func (s *Server) start() error {
 	defer out.Close()
 	cmd := exec.Command(s.bin, args...)
 	cmd.Stdout, cmd.Stderr = out, out
+	dieWithParent(cmd)
 	if err := cmd.Start(); err != nil {
 		os.Remove(out.Name())
 		return fmt.Errorf("start %s: %w", s.bin, err)
