@@ -62,7 +62,8 @@ func StartRedis(t testing.TB, args ...string) *Server {
 }
 
 // Start is StartRedis for callers without a testing.TB (TestMain, tools).
-// Call Stop when done.
+// Call Stop when done. On Linux a server also ends when the process that
+// started it dies without stopping it (a panic, a kill).
 func Start(args ...string) (*Server, error) { return launch(args, nil) }
 
 func serverBinary() (string, error) {
