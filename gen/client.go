@@ -94,26 +94,27 @@ func (g *pkgGen) client(d *directive.Directive, sig *types.Signature, recv *type
 		return none, false
 	}
 	// No source: the wrapper takes the client as a parameter after ctx.
-	if hidden := g.hiddenClientField(recv); hidden != "" {
+	if path, name := g.hiddenClientField(recv); name != "" {
 		// Most likely a field named like the embedded client by mistake:
 		// the wrapper's new parameter would be the only sign of it.
-		g.errs.warn(d.Slash, fmt.Sprintf("lease: the receiver's embedded %s is a *lease.Client that %s hides (Go selects the shallower field), so the wrapper takes the client as a parameter; rename one of them, or choose a source with client=", hidden, recvName+"."+hidden[strings.LastIndex(hidden, ".")+1:]))
+		g.errs.warn(d.Slash, fmt.Sprintf("lease: the receiver's embedded %s.%s is a *lease.Client that %s.%s hides (Go selects the shallower field), so the wrapper takes the client as a parameter; rename one of them, or choose a source with client=", path, name, recvName, name))
 	}
 	return clientSource{added: n.alloc("c", "c"), param: -1}, true
 }
 
-// hiddenClientField names ("Base.leases") a *lease.Client field of an
-// embedded struct of recv that recv cannot select: a shallower field or
-// method of the same name hides it. "" if there is none.
-func (g *pkgGen) hiddenClientField(recv *types.Named) string {
-	hidden := ""
-	embeddedFields(recv, func(path string, f *types.Var) bool {
-		if path != "" && isLeaseClient(f.Type()) && !g.clientField(recv, f.Name()) && !g.ambiguousField(recv, f.Name()) {
-			hidden = path + "." + f.Name()
+// hiddenClientField finds a *lease.Client field (name, in the embedded
+// struct at path, "Base") that recv cannot select: a shallower field or
+// method of the same name hides it. name is "" if there is none.
+func (g *pkgGen) hiddenClientField(recv *types.Named) (path, name string) {
+	embeddedFields(recv, func(p string, f *types.Var) bool {
+		if p != "" && isLeaseClient(f.Type()) {
+			if v, ambiguous := g.recvField(recv, f.Name()); v != f && !ambiguous {
+				path, name = p, f.Name()
+			}
 		}
-		return hidden == ""
+		return name == ""
 	}, nil)
-	return hidden
+	return path, name
 }
 
 // embeddedFields calls field for recv's own fields (path ""), then those
@@ -165,20 +166,31 @@ func embeddedFields(recv *types.Named, field func(path string, f *types.Var) boo
 	}
 }
 
-// clientField reports that recv.name selects a field of type *lease.Client
-// from this package: one of recv's own fields, or one promoted from an
-// embedded struct that no shallower field or method hides.
-func (g *pkgGen) clientField(recv *types.Named, name string) bool {
-	obj, _, _ := types.LookupFieldOrMethod(types.NewPointer(recv), true, g.pkg.Types, name)
-	v, ok := obj.(*types.Var)
-	return ok && v.IsField() && isLeaseClient(v.Type())
+// recvField is the field recv.name selects: one of recv's own fields, or
+// one promoted from an embedded struct that no shallower field or method
+// hides (nil if none, or if the name is a method). ambiguous: Go refuses
+// recv.name, two embedded structs at the shallowest depth having it.
+func (g *pkgGen) recvField(recv *types.Named, name string) (v *types.Var, ambiguous bool) {
+	obj, index, _ := types.LookupFieldOrMethod(types.NewPointer(recv), true, g.pkg.Types, name)
+	if obj == nil {
+		return nil, index != nil
+	}
+	if v, ok := obj.(*types.Var); ok && v.IsField() {
+		return v, false
+	}
+	return nil, false
 }
 
-// ambiguousField reports that recv.name is ambiguous: two embedded structs
-// at the shallowest depth with the name both have it.
+// clientField reports that recv.name selects a field of type *lease.Client.
+func (g *pkgGen) clientField(recv *types.Named, name string) bool {
+	v, _ := g.recvField(recv, name)
+	return v != nil && isLeaseClient(v.Type())
+}
+
+// ambiguousField reports that recv.name is ambiguous (see recvField).
 func (g *pkgGen) ambiguousField(recv *types.Named, name string) bool {
-	obj, index, _ := types.LookupFieldOrMethod(types.NewPointer(recv), true, g.pkg.Types, name)
-	return obj == nil && index != nil
+	_, amb := g.recvField(recv, name)
+	return amb
 }
 
 // clientFields lists the fields of type *lease.Client that recv.name
@@ -189,9 +201,10 @@ func (g *pkgGen) ambiguousField(recv *types.Named, name string) bool {
 func (g *pkgGen) clientFields(recv *types.Named) (names, amb []string) {
 	embeddedFields(recv, func(_ string, f *types.Var) bool {
 		if isLeaseClient(f.Type()) && !slices.Contains(names, f.Name()) && !slices.Contains(amb, f.Name()) {
-			if g.clientField(recv, f.Name()) {
+			switch v, ambiguous := g.recvField(recv, f.Name()); {
+			case v != nil && isLeaseClient(v.Type()):
 				names = append(names, f.Name())
-			} else if g.ambiguousField(recv, f.Name()) {
+			case ambiguous:
 				amb = append(amb, f.Name())
 			}
 		}

@@ -74,13 +74,11 @@ func (g *pkgGen) identity(d *directive.Directive, sig *types.Signature, recv *ty
 		}
 		// A field promoted from an embedded struct (a Base that holds the
 		// node's name), as the receiver's selector reaches it.
-		if obj, _, _ := types.LookupFieldOrMethod(types.NewPointer(recv), true, g.pkg.Types, name); obj != nil {
-			if v, ok := obj.(*types.Var); ok && v.IsField() && !v.Embedded() {
-				if ok, conv := str(v.Type()); ok {
-					return identitySource{field: name, conv: conv}, true
-				}
-				note("field", v.Type())
+		if v, _ := g.recvField(recv, name); v != nil && !v.Embedded() {
+			if ok, conv := str(v.Type()); ok {
+				return identitySource{field: name, conv: conv}, true
 			}
+			note("field", v.Type())
 		}
 	}
 	for i := range sig.Params().Len() {

@@ -179,7 +179,6 @@ func (q *qual) typeArgs(l *types.TypeList) string {
 	return "[" + strings.Join(args, ", ") + "]"
 }
 
-// signature renders "(params) results" of a signature, unnamed.
 // sigTypes returns the type text of sig's parameters (a variadic one's
 // element type: the parameter is written "name ...T") and of its results.
 func (q *qual) sigTypes(sig *types.Signature) (params, results []string) {
@@ -197,26 +196,18 @@ func (q *qual) sigTypes(sig *types.Signature) (params, results []string) {
 	return params, results
 }
 
+// signature renders "(params) results" of a signature, unnamed.
 func (q *qual) signature(sig *types.Signature) string {
-	ps := make([]string, sig.Params().Len())
-	for i := range ps {
-		t := sig.Params().At(i).Type()
-		if sig.Variadic() && i == len(ps)-1 {
-			ps[i] = "..." + q.typ(t.(*types.Slice).Elem())
-			continue
-		}
-		ps[i] = q.typ(t)
+	ps, rs := q.sigTypes(sig)
+	if sig.Variadic() {
+		ps[len(ps)-1] = "..." + ps[len(ps)-1]
 	}
 	s := "(" + strings.Join(ps, ", ") + ")"
-	switch n := sig.Results().Len(); n {
+	switch len(rs) {
 	case 0:
 	case 1:
-		s += " " + q.typ(sig.Results().At(0).Type())
+		s += " " + rs[0]
 	default:
-		rs := make([]string, n)
-		for i := range rs {
-			rs[i] = q.typ(sig.Results().At(i).Type())
-		}
 		s += " (" + strings.Join(rs, ", ") + ")"
 	}
 	return s

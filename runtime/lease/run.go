@@ -235,9 +235,12 @@ func (c *releaseCtx) Done() <-chan struct{} {
 // Err is DeadlineExceeded once the deadline passed, Canceled once the
 // release is over, as for WithDeadline.
 func (c *releaseCtx) Err() error {
-	c.Done()
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if c.err == nil && c.done == nil && !time.Now().Before(c.dl) {
+		// Past the deadline before anyone asked for Done: no timer needed.
+		c.done, c.err = closedChan, context.DeadlineExceeded
+	}
 	return c.err
 }
 
