@@ -26,40 +26,44 @@ local function answer(tok)
   if n and n < 9007199254740992 then return n end
   return tok
 end
-local v = redis.call('GET', KEYS[1])
-if v then
-  local sep = string.find(v, ':', 1, true)
-  if sep and string.sub(v, 1, sep - 1) == ARGV[1] then
-    redis.call('PEXPIRE', KEYS[1], ARGV[2])
-    return answer(string.sub(v, sep + 1))
-  end
-  local pttl = redis.call('PTTL', KEYS[1])
-  local life = tonumber(ARGV[5])
-  if life > 0 then
-    local t = redis.call('TIME')
-    local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-    if redis.call('ZADD', KEYS[3], 'NX', tonumber(t[1]) * 1000000 + tonumber(t[2]), ARGV[6]) == 1 then
-      redis.pcall('PUBLISH', ARGV[7], 'w') -- best effort (an ACL may refuse it)
-    end
-    redis.call('HSET', KEYS[4], ARGV[6], (now + life) .. ':' .. ARGV[8])
-    for i = 3, 4 do
-      if redis.call('PTTL', KEYS[i]) < life then redis.call('PEXPIRE', KEYS[i], life) end
-    end
-  end
-  return -3 - pttl
-end
-if tonumber(ARGV[5]) > 0 then
-  redis.call('ZREM', KEYS[3], ARGV[6])
-  redis.call('HDEL', KEYS[4], ARGV[6])
-end
-local tok = '0'
-if ARGV[3] == '1' then
+-- The grant is tried first, with SET NX: a free key (the common case)
+-- costs one command, not a read and a write. A fenced grant's token is
+-- minted before it (the value carries it), from the server's time and
+-- the counter, which is written only when the grant was made.
+local life = tonumber(ARGV[5])
+local fence = ARGV[3] == '1'
+local tok, t = '0', nil
+if fence then
   -- token = max(counter + 1, server time in microseconds): the time floor
   -- keeps tokens increasing when the counter expires or is lost.
-  local t = redis.call('TIME')
-  local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-  tok = nextTok(redis.call('GET', KEYS[2]), now)
-  redis.call('SET', KEYS[2], tok, 'PX', ARGV[4])
+  t = redis.call('TIME')
+  tok = nextTok(redis.call('GET', KEYS[2]), tonumber(t[1]) * 1000000 + tonumber(t[2]))
 end
-redis.call('SET', KEYS[1], ARGV[1] .. ':' .. tok, 'PX', ARGV[2])
-return answer(tok)
+if redis.call('SET', KEYS[1], ARGV[1] .. ':' .. tok, 'NX', 'PX', ARGV[2]) then
+  if fence then redis.call('SET', KEYS[2], tok, 'PX', ARGV[4]) end
+  -- Out of the queue, if an earlier acquire of this call put it there;
+  -- its entry's expiry only then (the two are written together).
+  if life > 0 and redis.call('ZREM', KEYS[3], ARGV[6]) == 1 then
+    redis.call('HDEL', KEYS[4], ARGV[6])
+  end
+  return answer(tok)
+end
+local v = redis.call('GET', KEYS[1])
+local sep = string.find(v, ':', 1, true)
+if sep and string.sub(v, 1, sep - 1) == ARGV[1] then
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  return answer(string.sub(v, sep + 1))
+end
+local pttl = redis.call('PTTL', KEYS[1])
+if life > 0 then
+  t = t or redis.call('TIME')
+  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  if redis.call('ZADD', KEYS[3], 'NX', tonumber(t[1]) * 1000000 + tonumber(t[2]), ARGV[6]) == 1 then
+    redis.pcall('PUBLISH', ARGV[7], 'w') -- best effort (an ACL may refuse it)
+  end
+  redis.call('HSET', KEYS[4], ARGV[6], (now + life) .. ':' .. ARGV[8])
+  for i = 3, 4 do
+    if redis.call('PTTL', KEYS[i]) < life then redis.call('PEXPIRE', KEYS[i], life) end
+  end
+end
+return -3 - pttl

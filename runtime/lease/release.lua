@@ -55,8 +55,9 @@ local function tellWaiters(queue, channel, msg, cmd)
     end
   end
 end
-if ARGV[6] ~= '' then
-  redis.call('ZREM', KEYS[5], ARGV[6])
+-- The entry's expiry is written and removed with it: only when there was
+-- an entry (a grant normally took it out already).
+if ARGV[6] ~= '' and redis.call('ZREM', KEYS[5], ARGV[6]) == 1 then
   redis.call('HDEL', KEYS[6], ARGV[6])
 end
 -- The key first: while it holds this identity, this is a release of it,
