@@ -337,10 +337,13 @@ func (a *call) watch(l *Lease) *watcher {
 	w.a, w.l = a, l
 	w.r = renewal{a: a, l: l, interval: interval, slack: min(batchWindow, interval/8), index: -1, end: a.end}
 	w.r.setNext(a.sent.Add(interval))
-	// Stored before it can fire: fire reads it (a late grant's first
-	// renewal may be due at once).
-	w.timer = time.AfterFunc(time.Hour, w.fire)
-	w.timer.Reset(time.Until(w.r.next))
+	// Armed once, at its due time (a second operation, arming far off and
+	// then resetting, costs the runtime another timer update). Under w.mu:
+	// fire, which reads w.timer, waits for it (a late grant's first renewal
+	// may be due at once).
+	w.mu.Lock()
+	w.timer = time.AfterFunc(time.Until(w.r.next), w.fire)
+	w.mu.Unlock()
 	return w
 }
 
