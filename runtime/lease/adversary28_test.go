@@ -3,6 +3,7 @@ package lease_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -115,5 +116,80 @@ func TestAdversary28_OOMStillAnswersBusyAndReplays(t *testing.T) {
 		if n := admin.Exists(ctx, lockKey(key)).Val(); n != 0 {
 			t.Errorf("shape %d: key still held after Do", i)
 		}
+	}
+}
+
+// Keys written from outside: a lock value without ":" is another holder
+// (busy, with its time left; a waiter that gives up leaves no queue
+// entry), a lock of another type is a WRONGTYPE refusal, a counter that is
+// not a number gives a token from the time floor, and a counter of
+// another type refuses a fenced grant but, as when the acquire read the
+// key first, not a busy answer or a replay of a grant.
+func TestAdversary28_KeysSetFromOutside(t *testing.T) {
+	c, _ := sharedClient(t)
+	admin := shared.Client(t)
+	ctx := context.Background()
+	fenced := lease.Spec{TTL: 2 * time.Second, Deadline: 3 * time.Second, Fence: true}
+	waiting := fenced
+	waiting.Wait = 150 * time.Millisecond
+	refuse := func(context.Context) error { t.Error("entered"); return nil }
+
+	key := uniqueKey(t)
+	base := strings.TrimSuffix(lockKey(key), ":l")
+	admin.Set(ctx, lockKey(key), "garbage", 3*time.Second)
+	err := c.Do(ctx, key, fenced, refuse)
+	t.Logf("no separator: %v", err)
+	if !errors.Is(err, lease.ErrBusy) || !strings.Contains(err.Error(), "2.9") {
+		t.Errorf("a value without ':' (3s left): %v, want ErrBusy with ~3s left", err)
+	}
+	err = c.Do(ctx, key, waiting, refuse)
+	mustIs(t, err, lease.ErrBusy)
+	if n := admin.Exists(ctx, base+":q", base+":x").Val(); n != 0 {
+		t.Errorf("a waiter that gave up left %d queue keys: %v %v", n, admin.ZRange(ctx, base+":q", 0, -1).Val(), admin.HGetAll(ctx, base+":x").Val())
+	}
+
+	key = uniqueKey(t)
+	admin.RPush(ctx, lockKey(key), "x")
+	for _, s := range []lease.Spec{fenced, waiting} {
+		err = c.Do(ctx, key, s, refuse)
+		mustIs(t, err, lease.ErrRefused)
+		if !strings.Contains(err.Error(), "WRONGTYPE") {
+			t.Errorf("a list at the lock key: %v", err)
+		}
+	}
+
+	key = uniqueKey(t)
+	base = strings.TrimSuffix(lockKey(key), ":l")
+	admin.Set(ctx, base+":f", "not a number", 0)
+	now := uint64(time.Now().UnixMicro())
+	var tok lease.Token
+	if err := c.Do(ctx, key, fenced, func(ctx context.Context) error { tok, _ = lease.TokenFrom(ctx); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if uint64(tok) < now-1000000 || admin.Get(ctx, base+":f").Val() != strconvU(uint64(tok)) {
+		t.Errorf("non-numeric counter: token %d (now %d µs), counter %s", tok, now, admin.Get(ctx, base+":f").Val())
+	}
+
+	// A counter of another type: busy still answered.
+	key = uniqueKey(t)
+	base = strings.TrimSuffix(lockKey(key), ":l")
+	release := make(chan struct{})
+	hc, _ := sharedClient(t)
+	hdone := hold(t, hc, key, lease.Spec{TTL: 5 * time.Second, Deadline: 10 * time.Second}, release)
+	admin.HSet(ctx, base+":f", "x", "1")
+	err = c.Do(ctx, key, fenced, refuse)
+	t.Logf("counter of another type, key held: %v", err)
+	if !errors.Is(err, lease.ErrBusy) {
+		t.Errorf("counter of another type, key held: %v, want ErrBusy", err)
+	}
+	close(release)
+	if err := <-hdone; err != nil {
+		t.Fatal(err)
+	}
+	err = c.Do(ctx, key, fenced, refuse)
+	t.Logf("counter of another type, key free: %v", err)
+	mustIs(t, err, lease.ErrRefused)
+	if n := admin.Exists(ctx, lockKey(key)).Val(); n != 0 {
+		t.Errorf("a refused fenced grant left the key")
 	}
 }
