@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -115,6 +116,173 @@ func TestAdversary28_OOMStillAnswersBusyAndReplays(t *testing.T) {
 		}
 		if n := admin.Exists(ctx, lockKey(key)).Val(); n != 0 {
 			t.Errorf("shape %d: key still held after Do", i)
+		}
+	}
+}
+
+// Fenced tokens under contention strictly increase in the order the
+// grants happen (fn bodies never overlap): grants by SET NX in the
+// acquire, handovers minted by releases to queued waiters, replays of
+// acquires and releases after cut replies (one Client behind a proxy), a
+// counter deleted from outside or expiring (time floor), then a counter
+// raised past 2^53 from outside.
+func TestAdversary28_FencedTokensIncreaseUnderHandovers(t *testing.T) {
+	srv := leasetest.StartRedis(t)
+	admin := srv.Client(t)
+	ctx := context.Background()
+	p := leasetest.StartProxy(t, srv.Addr())
+	const key = "k"
+	fenceKey := "lease:{" + key + "}:f"
+	var (
+		mu      sync.Mutex
+		toks    []lease.Token
+		entered int
+		direct  int // entered by the caller's own SET NX (it did not wait)
+	)
+	phase := func(name string, tamper func(), opts ...lease.Option) {
+		clients := make([]*lease.Client, 4)
+		for i := range clients {
+			rdb := srv.Client(t)
+			if i == 0 {
+				rdb = redis.NewClient(&redis.Options{Addr: p.Addr(), ContextTimeoutEnabled: true})
+				t.Cleanup(func() { rdb.Close() })
+			}
+			clients[i], _ = newClient(t, rdb, append([]lease.Option{lease.WithRecheck(100 * time.Millisecond)}, opts...)...)
+			warm(t, clients[i], "warm")
+		}
+		before := serverCalls(t, admin)["pubsub|numsub"]
+		stop := make(chan struct{})
+		var wg sync.WaitGroup
+		for i, c := range clients {
+			for g := range 3 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					s := lease.Spec{TTL: 2 * time.Second, Deadline: 3 * time.Second, Fence: true}
+					if g == 0 {
+						s.Wait = 2 * time.Second
+					}
+					for {
+						select {
+						case <-stop:
+							return
+						default:
+						}
+						err := c.Do(ctx, key, s, func(ctx context.Context) error {
+							tok, _ := lease.TokenFrom(ctx)
+							mu.Lock()
+							toks = append(toks, tok)
+							entered++
+							if s.Wait == 0 {
+								direct++
+							}
+							mu.Unlock()
+							time.Sleep(time.Duration(i) * 200 * time.Microsecond)
+							return nil
+						})
+						if s.Wait > 0 {
+							time.Sleep(2 * time.Millisecond) // the queue empties at times
+						} else if errors.Is(err, lease.ErrBusy) {
+							time.Sleep(200 * time.Microsecond)
+						}
+					}
+				}()
+			}
+		}
+		deadline := time.Now().Add(700 * time.Millisecond)
+		for time.Now().Before(deadline) {
+			time.Sleep(40 * time.Millisecond)
+			p.Set(leasetest.CutNextReply)
+			if tamper != nil {
+				tamper()
+			}
+		}
+		close(stop)
+		wg.Wait()
+		p.Set(leasetest.Pass)
+		t.Logf("%s: %d grants entered so far (%d to callers that did not wait), %d handovers to a live waiter", name, entered, direct, serverCalls(t, admin)["pubsub|numsub"]-before)
+	}
+	phase("counter deleted, short counter TTL", func() { admin.Del(ctx, fenceKey) }, lease.WithCounterTTL(5*time.Millisecond))
+	mu.Lock()
+	last := toks[len(toks)-1]
+	mu.Unlock()
+	if err := admin.Set(ctx, fenceKey, "9007199254740993", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	phase("counter past 2^53", nil)
+	mu.Lock()
+	defer mu.Unlock()
+	for i := 1; i < len(toks); i++ {
+		if toks[i] <= toks[i-1] {
+			t.Errorf("grant %d: token %d after %d", i, toks[i], toks[i-1])
+		}
+	}
+	if last >= 9007199254740993 || toks[len(toks)-1] <= 9007199254740993 {
+		t.Errorf("tokens %d then %d: the phases did not happen as planned", last, toks[len(toks)-1])
+	}
+}
+
+// The first run of a waiter's acquire found the key busy and queued it;
+// its reply was lost and go-redis re-sent it after the key came free (the
+// holder's key gone, or handed to this waiter by the holder's release).
+// The replay is a grant with the right token (the counter's, the one the
+// key carries) and leaves neither a queue entry nor its expiry.
+func TestAdversary28_ReplayOfQueuedAcquireGrantedClean(t *testing.T) {
+	srv := leasetest.StartRedis(t)
+	admin := srv.Client(t)
+	ctx := context.Background()
+	hc, _ := newClient(t, srv.Client(t))
+	warm(t, hc, "warm")
+	for _, handover := range []bool{false, true} {
+		key := uniqueKey(t)
+		base := strings.TrimSuffix(lockKey(key), ":l")
+		s := lease.Spec{TTL: 5 * time.Second, Deadline: 10 * time.Second, Fence: true, Wait: 5 * time.Second}
+		release := make(chan struct{})
+		hdone := hold(t, hc, key, s, release)
+		rdb := srv.Client(t)
+		h := &adv28Replay{}
+		h.between = func() {
+			if handover {
+				close(release)
+				if err := <-hdone; err != nil {
+					t.Error(err)
+				}
+				return
+			}
+			admin.Del(ctx, lockKey(key)) // as if its TTL ran out
+		}
+		rdb.AddHook(h)
+		wc, _ := newClient(t, rdb)
+		warm(t, wc, "warm")
+		h.armed.Store(true)
+		var tok lease.Token
+		var stored, counter string
+		var queued, qexp int64
+		err := wc.Do(ctx, key, s, func(ctx context.Context) error {
+			tok, _ = lease.TokenFrom(ctx)
+			stored = admin.Get(ctx, lockKey(key)).Val()
+			counter = admin.Get(ctx, base+":f").Val()
+			queued = admin.Exists(ctx, base+":q").Val()
+			qexp = admin.Exists(ctx, base+":x").Val()
+			return nil
+		})
+		if !handover {
+			close(release)
+			<-hdone
+		}
+		t.Logf("handover %v: first run %d; Do = %v, token %d, key %q, counter %s, queue keys %d %d", handover, h.first.Load(), err, tok, stored, counter, queued, qexp)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if h.first.Load() >= 0 {
+			t.Fatalf("the first run was not busy (%d): the scenario did not happen", h.first.Load())
+		}
+		if counter != strconvU(uint64(tok)) || !strings.HasSuffix(stored, ":"+counter) {
+			t.Errorf("token %d, key %q, counter %s", tok, stored, counter)
+		}
+		if queued+qexp != 0 {
+			t.Errorf("queue keys left: zset %d, expiries %d: %v %v", queued, qexp,
+				admin.ZRange(ctx, base+":q", 0, -1).Val(), admin.HGetAll(ctx, base+":x").Val())
 		}
 	}
 }
