@@ -361,3 +361,63 @@ func TestAdversary28_KeysSetFromOutside(t *testing.T) {
 		t.Errorf("a refused fenced grant left the key")
 	}
 }
+
+// A late grant (its reply read after the first renewal was due) arms the
+// watcher's timer in the past: it fires at once, while watch may still
+// hold the watcher's mutex. The lease is renewed at once and then on time
+// (fn runs over twice its TTL), and when renewals stop being answered the
+// loss is found at valid-until, not a renewal later. Run with -race.
+func TestAdversary28_LateGrantRenewsAndDetectsLoss(t *testing.T) {
+	c, rec, p, _, _ := proxied(t, nil, lease.WithReleaseTimeout(100*time.Millisecond))
+	const ttl = 300 * time.Millisecond
+	s := lease.Spec{TTL: ttl, Deadline: 5 * time.Second, MinValidity: 30 * time.Millisecond, Fence: true}
+	if err := c.Do(context.Background(), "warm", s, nop); err != nil { // the scripts loaded
+		t.Fatal(err)
+	}
+	for _, lose := range []bool{false, true} {
+		key := uniqueKey(t)
+		renewed := rec.Count(lease.EventRenewed)
+		p.SetDelay(130 * time.Millisecond) // the grant is read after TTL/3
+		var entered, done, validAtDone time.Time
+		var left time.Duration
+		err := c.Do(context.Background(), key, s, func(ctx context.Context) error {
+			entered = time.Now()
+			l, _ := lease.FromContext(ctx)
+			left = l.Remaining()
+			if lose {
+				p.Set(leasetest.Blackhole)
+			} else {
+				p.Set(leasetest.Pass)
+			}
+			select {
+			case <-ctx.Done():
+				done = time.Now()
+				validAtDone = entered.Add(left)
+			case <-time.After(2*ttl + 100*time.Millisecond):
+			}
+			return nil
+		})
+		p.Set(leasetest.Pass)
+		n := rec.Count(lease.EventRenewed) - renewed
+		t.Logf("lose %v: entered with %v left; Do = %v; %d renewals; ctx done at %v after entry (zero: not done)", lose, left.Round(time.Millisecond), err, n, max(done.Sub(entered), 0).Round(time.Millisecond))
+		if left >= ttl-100*time.Millisecond {
+			t.Fatalf("the grant was not late (%v left)", left)
+		}
+		if !lose {
+			if err != nil || !done.IsZero() {
+				t.Errorf("a late grant renewed on time: Do = %v, ctx done after %v", err, done.Sub(entered))
+			}
+			if n < 3 {
+				t.Errorf("%d renewals in %v of a %v lease", n, 2*ttl, ttl)
+			}
+			continue
+		}
+		mustIs(t, err, lease.ErrLost)
+		if done.IsZero() {
+			t.Fatal("the loss was not found while fn ran")
+		}
+		if late := done.Sub(validAtDone); late < -5*time.Millisecond || late > 60*time.Millisecond {
+			t.Errorf("loss found %v after valid-until", late)
+		}
+	}
+}
