@@ -417,7 +417,7 @@ func TestAdversary28_LateGrantRenewsAndDetectsLoss(t *testing.T) {
 		if done.IsZero() {
 			t.Fatal("the loss was not found while fn ran")
 		}
-		if late := done.Sub(validAtDone); late < -5*time.Millisecond || late > 60*time.Millisecond {
+		if late := done.Sub(validAtDone); late < -5*time.Millisecond || late > 150*time.Millisecond {
 			t.Errorf("loss found %v after valid-until", late)
 		}
 	}
