@@ -32,14 +32,26 @@ end
 -- the counter, which is written only when the grant was made.
 local life = tonumber(ARGV[5])
 local fence = ARGV[3] == '1'
-local tok, t = '0', nil
+local tok, t, set = '0', nil, nil
 if fence then
   -- token = max(counter + 1, server time in microseconds): the time floor
   -- keeps tokens increasing when the counter expires or is lost.
   t = redis.call('TIME')
-  tok = nextTok(redis.call('GET', KEYS[2]), tonumber(t[1]) * 1000000 + tonumber(t[2]))
+  local c = redis.pcall('GET', KEYS[2])
+  if type(c) == 'table' then
+    set = c -- not a string (set from outside): no grant, see below
+  else
+    tok = nextTok(c, tonumber(t[1]) * 1000000 + tonumber(t[2]))
+  end
 end
-if redis.call('SET', KEYS[1], ARGV[1] .. ':' .. tok, 'NX', 'PX', ARGV[2]) then
+-- With pcall: a server at maxmemory refuses the write (OOM) whether or
+-- not the key is free, but still answers the reads below, so that a held
+-- key is still busy (with its time left) and a replay still gets its own
+-- grant back, as when the key was read first; only a free key is refused
+-- (so is it when the counter could not be read).
+set = set or redis.pcall('SET', KEYS[1], ARGV[1] .. ':' .. tok, 'NX', 'PX', ARGV[2])
+local refused = type(set) == 'table' and set.err ~= nil
+if set and not refused then
   if fence then redis.call('SET', KEYS[2], tok, 'PX', ARGV[4]) end
   -- Out of the queue, if an earlier acquire of this call put it there;
   -- its entry's expiry only then (the two are written together).
@@ -49,6 +61,7 @@ if redis.call('SET', KEYS[1], ARGV[1] .. ':' .. tok, 'NX', 'PX', ARGV[2]) then
   return answer(tok)
 end
 local v = redis.call('GET', KEYS[1])
+if refused and not v then return set end
 local sep = string.find(v, ':', 1, true)
 if sep and string.sub(v, 1, sep - 1) == ARGV[1] then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
