@@ -9,7 +9,6 @@ import (
 	"errors"
 	"net"
 	"runtime"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -261,23 +260,8 @@ func TestAdversary_EscapedLeaseClaimsValidityAfterRelease(t *testing.T) {
 // scriptCalls is how many EVAL/EVALSHA commands the server has run.
 func scriptCalls(t *testing.T, rdb *redis.Client) int64 {
 	t.Helper()
-	info, err := rdb.Info(context.Background(), "commandstats").Result()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var n int64
-	for _, line := range strings.Split(info, "\n") {
-		if !strings.HasPrefix(line, "cmdstat_evalsha:") && !strings.HasPrefix(line, "cmdstat_eval:") {
-			continue
-		}
-		for _, f := range strings.Split(strings.SplitN(line, ":", 2)[1], ",") {
-			if v, ok := strings.CutPrefix(f, "calls="); ok {
-				x, _ := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
-				n += x
-			}
-		}
-	}
-	return n
+	calls := serverCalls(t, rdb)
+	return calls["evalsha"] + calls["eval"]
 }
 
 // goroutinesIn counts goroutines whose stack mentions fn.
