@@ -5,6 +5,8 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	mrand "math/rand/v2"
+	"slices"
 	"testing"
 	"time"
 
@@ -81,6 +83,61 @@ func BenchmarkRawSetNXEvalDel(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
+}
+
+// BenchmarkDoVsRaw is the uncontended ratio in one benchmark: each
+// iteration runs the raw floor, lease.Do, a fenced lease.Do and a fenced
+// lease.Do that may wait (a generated wrapper's shape) once each, in a
+// new random order, and the medians are reported as ratios to the
+// floor's (do/raw, fenced/raw, wrapper/raw). Benchmarks run one after
+// another do not separate on a shared machine, whose speed drifts by more
+// than their difference; interleaved, the drift falls on all four alike.
+// ns/op is the time of the four. Compare runs with benchstat:
+//
+//	go test ./runtime/lease -run '^$' -bench DoVsRaw -count 8 | benchstat -
+func BenchmarkDoVsRaw(b *testing.B) {
+	c, rdb := benchClient(b)
+	ctx := context.Background()
+	s := lease.Spec{TTL: 10 * time.Second, Deadline: time.Minute}
+	fs := s
+	fs.Fence = true
+	ws := fs
+	ws.Wait = 30 * time.Second
+	runs := []func() error{
+		func() error { return rawLock(ctx, rdb, "bench:vs:raw") },
+		func() error { return c.Do(ctx, "bench:vs:do", s, nop) },
+		func() error { return c.Do(ctx, "bench:vs:fenced", fs, nop) },
+		func() error { return c.Do(ctx, "bench:vs:wrapper", ws, nop) },
+	}
+	for _, run := range runs { // warm: connections, scripts
+		if err := run(); err != nil {
+			b.Fatal(err)
+		}
+	}
+	took := make([][]time.Duration, len(runs))
+	order := []int{0, 1, 2, 3}
+	for b.Loop() {
+		mrand.Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
+		for _, i := range order {
+			start := time.Now()
+			if err := runs[i](); err != nil {
+				b.Fatal(err)
+			}
+			took[i] = append(took[i], time.Since(start))
+		}
+	}
+	floor := float64(median(took[0]))
+	for i, name := range []string{"", "do/raw", "fenced/raw", "wrapper/raw"} {
+		if i > 0 {
+			b.ReportMetric(float64(median(took[i]))/floor, name)
+		}
+	}
+}
+
+func median(d []time.Duration) time.Duration {
+	d = slices.Clone(d)
+	slices.Sort(d)
+	return d[len(d)/2]
 }
 
 // rawLock is one cycle of the raw floor.
