@@ -98,11 +98,7 @@ func BenchmarkRawSetNXEvalDel(b *testing.B) {
 func BenchmarkDoVsRaw(b *testing.B) {
 	c, rdb := benchClient(b)
 	ctx := context.Background()
-	s := lease.Spec{TTL: 10 * time.Second, Deadline: time.Minute}
-	fs := s
-	fs.Fence = true
-	ws := fs
-	ws.Wait = 30 * time.Second
+	s, fs, ws := uncontendedSpecs()
 	runs := []func() error{
 		func() error { return rawLock(ctx, rdb, "bench:vs:raw") },
 		func() error { return c.Do(ctx, "bench:vs:do", s, nop) },
@@ -132,6 +128,18 @@ func BenchmarkDoVsRaw(b *testing.B) {
 			b.ReportMetric(float64(median(took[i]))/floor, name)
 		}
 	}
+}
+
+// uncontendedSpecs are the shapes compared with the raw floor: a plain
+// lease, a fenced one, and a fenced one that may wait (a generated
+// wrapper's).
+func uncontendedSpecs() (plain, fenced, waiting lease.Spec) {
+	plain = lease.Spec{TTL: 10 * time.Second, Deadline: time.Minute}
+	fenced = plain
+	fenced.Fence = true
+	waiting = fenced
+	waiting.Wait = 30 * time.Second
+	return plain, fenced, waiting
 }
 
 func median(d []time.Duration) time.Duration {
@@ -165,11 +173,7 @@ func TestDoAllocatesAtMostTenMoreThanARawLock(t *testing.T) {
 	}
 	defer c.Close()
 	ctx := context.Background()
-	s := lease.Spec{TTL: 10 * time.Second, Deadline: time.Minute}
-	fs := s
-	fs.Fence = true
-	ws := fs
-	ws.Wait = 30 * time.Second
+	s, fs, ws := uncontendedSpecs()
 	key := uniqueKey(t)
 	runs := map[string]func(){
 		"raw":   func() { must(t, rawLock(ctx, rdb, key+":raw")) },
