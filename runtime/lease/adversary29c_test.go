@@ -1,0 +1,135 @@
+package lease_test
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/leasegen/leasegen/runtime/lease"
+	"github.com/leasegen/leasegen/runtime/leasetest"
+)
+
+// adv29cNilHook is a hook users write so that a missing key is not an
+// error ("GET of a missing key returns the empty string"): it turns
+// redis.Nil into success. go-redis's Client.Process then clears the
+// command's error (cmd.SetErr(nil)).
+type adv29cNilHook struct{}
+
+func (adv29cNilHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (adv29cNilHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if err := next(ctx, cmd); err != nil && !errors.Is(err, redis.Nil) {
+			return err
+		}
+		return nil
+	}
+}
+func (adv29cNilHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+// adv29cSwallowHook is a "fail open" instrumentation hook: it records
+// errors and never returns them (when on), so go-redis clears the
+// command's error, leaving its zero value.
+type adv29cSwallowHook struct {
+	on      atomic.Bool
+	swallow atomic.Int64
+}
+
+func (h *adv29cSwallowHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h *adv29cSwallowHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		if err != nil && h.on.Load() {
+			h.swallow.Add(1)
+			return nil
+		}
+		return err
+	}
+}
+func (h *adv29cSwallowHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+// A key held by another owner must never be entered, whatever a hook does
+// to the busy answer of SET NX: with a hook that maps redis.Nil to
+// success, the unfenced no-wait acquire (native SET NX) reads "not set" as
+// a grant.
+func TestAdversary29c_NilSwallowingHookTurnsBusyIntoGrant(t *testing.T) {
+	holder, _ := sharedClient(t)
+	key := uniqueKey(t)
+	release := make(chan struct{})
+	done := hold(t, holder, key, spec(5*time.Second, 10*time.Second), release)
+	defer func() { close(release); <-done }()
+
+	rdb := shared.Client(t)
+	rdb.AddHook(adv29cNilHook{})
+	c, _ := newClient(t, rdb)
+	entered := false
+	err := c.Do(context.Background(), key, spec(5*time.Second, 2*time.Second), func(context.Context) error {
+		entered = true
+		return nil
+	})
+	if entered {
+		t.Fatalf("entered a lease held by another owner (Do = %v)", err)
+	}
+	mustIs(t, err, lease.ErrBusy)
+}
+
+// A hook that swallows errors leaves the command's zero value: for the
+// acquire, no reply was read, so the outcome is unknown, never a grant.
+// Blackholed replies: go-redis times out, the hook returns nil.
+func TestAdversary29c_SwallowedTimeoutIsNotAGrant(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		s    lease.Spec
+	}{
+		{"setnx", spec(2*time.Second, 600*time.Millisecond)},
+		{"fenced", func() lease.Spec { s := spec(2*time.Second, 600*time.Millisecond); s.Fence = true; return s }()},
+		{"waiting", func() lease.Spec {
+			s := spec(2*time.Second, 600*time.Millisecond)
+			s.Wait = 100 * time.Millisecond
+			return s
+		}()},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := &adv29cSwallowHook{}
+			c, rec, p, direct, _ := proxied(t, func(o *redis.Options) { o.MaxRetries = -1 })
+			c.Redis().(*redis.Client).AddHook(h)
+			key := "swallow-" + tc.name
+			if err := c.Do(context.Background(), key, tc.s, func(context.Context) error { return nil }); err != nil {
+				t.Fatal(err)
+			}
+			h.on.Store(true)
+			p.Set(leasetest.Blackhole)
+			entered := false
+			start := time.Now()
+			err := c.Do(context.Background(), key, tc.s, func(context.Context) error {
+				entered = true
+				return nil
+			})
+			el := time.Since(start)
+			p.Set(leasetest.Pass)
+			v, _ := direct.Get(context.Background(), lockKey(key)).Result()
+			t.Logf("Do = %v after %v; swallowed %d; lock value %q; events %v", err, el, h.swallow.Load(), v, adv29cKinds(rec))
+			if entered {
+				t.Fatalf("entered without any parsed reply (Do = %v)", err)
+			}
+			if err == nil {
+				t.Fatal("Do = nil")
+			}
+		})
+	}
+}
+
+func adv29cKinds(rec *leasetest.Recorder) []string {
+	var out []string
+	for _, e := range rec.Events() {
+		out = append(out, e.Kind.String())
+	}
+	return out
+}
