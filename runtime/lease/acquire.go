@@ -180,25 +180,34 @@ func (a *call) setNX(ctx context.Context) (granted bool, pttl time.Duration, err
 	x := a.newAcqArgs()
 	x.ttl.n = ms(a.spec.TTL)
 	x.argv = [...]any{"set", sarg(&a.k.lock), sarg(&a.idValue), "px", &x.ttl, "nx", nil, nil, nil, nil, nil, nil, nil, nil, nil}
-	switch err := a.c.rdb.Do(ctx, x.argv[:6]...).Err(); err {
-	case nil:
+	// Only a parsed "OK" is a grant: a hook may have cleared the error of a
+	// request that got no reply, or of SET's "not set" (redis.Nil).
+	set := a.c.rdb.Do(ctx, x.argv[:6]...)
+	switch err := set.Err(); {
+	case err == nil && set.Val() == "OK":
 		return true, 0, nil
-	case redis.Nil: // not set: the key is taken
+	case err == nil, err == redis.Nil: // not set (or no reply): look
 	default:
 		return false, 0, err
 	}
 	pipe := a.c.rdb.Pipeline()
-	get := pipe.Get(ctx, a.k.lock)
-	ttl := pipe.PTTL(ctx, a.k.lock)
+	get := pipe.Do(ctx, "get", a.k.lock)
+	ttl := pipe.Do(ctx, "pttl", a.k.lock)
 	if _, err := pipe.Exec(ctx); err != nil && err != redis.Nil {
 		return false, 0, err
 	}
-	if v, _ := get.Result(); v == own {
+	// The replies are read in order: a parsed PTTL means GET's was parsed
+	// too (its nil value then is a missing key).
+	d, err := parsedInt(ttl.Val(), ttl.Err())
+	if err != nil {
+		return false, 0, err
+	}
+	if v, _ := get.Val().(string); v == own {
 		return true, 0, nil // our own grant, read back by a replay
 	}
 	pttl = -1
-	if d, err := ttl.Result(); err == nil && d >= 0 {
-		pttl = d
+	if d >= 0 {
+		pttl = time.Duration(d) * time.Millisecond
 	}
 	return false, pttl, nil
 }

@@ -119,8 +119,9 @@ func TestAdversary29c_SwallowedTimeoutIsNotAGrant(t *testing.T) {
 			if entered {
 				t.Fatalf("entered without any parsed reply (Do = %v)", err)
 			}
-			if err == nil {
-				t.Fatal("Do = nil")
+			mustIs(t, err, lease.ErrUnknown)
+			if rec.Count(lease.EventAcquireUnknown) != 1 || rec.Count(lease.EventReleaseUnconfirmed) != 1 {
+				t.Fatalf("want one acquire_unknown and one release_unconfirmed, got %v", adv29cKinds(rec))
 			}
 		})
 	}

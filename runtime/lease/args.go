@@ -2,6 +2,7 @@ package lease
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"strconv"
 	"unsafe"
@@ -52,16 +53,39 @@ func (i *intArg) String() string { return strconv.FormatInt(i.n, 10) }
 // sent is never changed: a hook may keep it and format it later.
 func (c *Client) evalArgs(ctx context.Context, s *script, argv []any) (int64, error) {
 	argv[0], argv[1] = "evalsha", s.sha
-	// Both scripts answer one integer: an IntCmd reads it without boxing.
-	cmd := redis.NewIntCmd(ctx, argv...)
+	// Both scripts answer one integer. A Cmd, not an IntCmd: its value
+	// stays nil unless a reply was parsed, whereas an IntCmd's zero value
+	// (0, a grant) is what it holds when a hook swallowed the error of a
+	// request that got no reply (go-redis then clears the command's error).
+	cmd := redis.NewCmd(ctx, argv...)
 	_ = c.rdb.Process(ctx, cmd)
 	if err := cmd.Err(); err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
 		argv = slices.Clone(argv)
 		argv[0], argv[1] = "eval", s.src
-		cmd = redis.NewIntCmd(ctx, argv...)
+		cmd = redis.NewCmd(ctx, argv...)
 		_ = c.rdb.Process(ctx, cmd)
 	}
-	return cmd.Result()
+	return parsedInt(cmd.Val(), cmd.Err())
+}
+
+// errNoReply: go-redis reported success, but no reply was parsed (a hook
+// returned nil for a request that failed or was never sent). The outcome
+// is unknown.
+var errNoReply = errors.New("lease: go-redis returned no error but no reply was parsed (a hook swallowed the request's error?)")
+
+// parsedInt is a script's integer answer, or errNoReply when no reply was
+// parsed although there is no error.
+func parsedInt(v any, err error) (int64, error) {
+	if err != nil {
+		return 0, err
+	}
+	switch v := v.(type) {
+	case int64:
+		return v, nil
+	case string: // a token past 2^53, answered as a string to stay exact
+		return strconv.ParseInt(v, 10, 64)
+	}
+	return 0, errNoReply
 }
 
 // acqArgs are one acquire's arguments: its command line (SET or the
