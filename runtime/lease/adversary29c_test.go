@@ -1,8 +1,10 @@
 package lease_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"net"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -133,4 +135,85 @@ func adv29cKinds(rec *leasetest.Recorder) []string {
 		out = append(out, e.Kind.String())
 	}
 	return out
+}
+
+// adv29cConn calls onWrite (once armed) before a write that contains
+// match, while the connection is taken from the pool for that request.
+type adv29cConn struct {
+	net.Conn
+	armed   *atomic.Bool
+	match   []byte
+	onWrite func()
+}
+
+func (c *adv29cConn) Write(b []byte) (int, error) {
+	if bytes.Contains(b, c.match) && c.armed.CompareAndSwap(true, false) {
+		c.onWrite()
+	}
+	return c.Conn.Write(b)
+}
+
+// A lost acquire reply is retried by go-redis; when the retry then cannot
+// get a connection (PoolSize 1, another goroutine took the slot the broken
+// connection freed), go-redis returns ErrPoolTimeout. The first attempt
+// was carried out: the key is held by this call's identity. Do must not
+// report "refused" (not executed) and leave that grant behind without a
+// release attempt or a report.
+func TestAdversary29c_LostReplyThenPoolTimeoutLeavesSilentGrant(t *testing.T) {
+	srv := leasetest.StartRedis(t)
+	p := leasetest.StartProxy(t, srv.Addr())
+	key := "pool-after-send"
+	var armed atomic.Bool
+	var rdb *redis.Client
+	blocked := make(chan error, 1)
+	rdb = redis.NewClient(&redis.Options{
+		Addr: p.Addr(), ContextTimeoutEnabled: true,
+		PoolSize: 1, PoolTimeout: 100 * time.Millisecond,
+		MaxRetries: 2, MinRetryBackoff: 10 * time.Millisecond, MaxRetryBackoff: 20 * time.Millisecond,
+		Dialer: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			var d net.Dialer
+			cn, err := d.DialContext(ctx, network, addr)
+			if err != nil {
+				return nil, err
+			}
+			return &adv29cConn{Conn: cn, armed: &armed, match: []byte(lockKey(key)), onWrite: func() {
+				// Another user of the client queues for the connection
+				// while the acquire has it, and holds it for a while.
+				go func() {
+					blocked <- rdb.Do(context.Background(), "blpop", "adv29c-nothing", "1").Err()
+				}()
+				time.Sleep(30 * time.Millisecond)
+			}}, nil
+		},
+	})
+	t.Cleanup(func() { rdb.Close() })
+	c, rec := newClient(t, rdb)
+	direct := srv.Client(t)
+	warm(t, c, key)
+
+	armed.Store(true)
+	p.Set(leasetest.CutNextReply)
+	entered := false
+	err := c.Do(context.Background(), key, spec(10*time.Second, 3*time.Second), func(context.Context) error {
+		entered = true
+		return nil
+	})
+	<-blocked
+	v, _ := direct.Get(context.Background(), lockKey(key)).Result()
+	t.Logf("Do = %v; cut %d; lock value %q; events %v", err, p.Cut(), v, adv29cKinds(rec))
+	if entered {
+		t.Fatal("entered")
+	}
+	if p.Cut() != 1 {
+		t.Fatalf("cut %d replies, want 1", p.Cut())
+	}
+	if v == "" {
+		t.Fatal("the first attempt was not carried out: the attack did not happen")
+	}
+	// The key is held by the call's own identity after Do returned.
+	mustIs(t, err, lease.ErrUnknown)
+	mustNotIs(t, err, lease.ErrRefused)
+	if rec.Count(lease.EventReleaseUnconfirmed) == 0 {
+		t.Fatalf("a grant left behind without a release_unconfirmed report: %v", adv29cKinds(rec))
+	}
 }
