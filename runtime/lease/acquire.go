@@ -87,6 +87,13 @@ func (a *call) acquireOnce(ctx context.Context, waitUntil time.Time) (*Lease, ti
 			case outRefused:
 				if notSent(err) {
 					a.c.reloadTopology() // a Cluster node may have failed
+					if a.curAcq != nil && a.curAcq.ttl.writes.Load() > 0 {
+						// The acquire was written to a connection before
+						// (go-redis's retry after a lost reply could not
+						// connect, or found the pool taken): it may have
+						// been carried out.
+						return nil, 0, a.unknown(ctx, err, false)
+					}
 				}
 				return nil, 0, a.refused("acquire", err)
 			}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"slices"
 	"strconv"
+	"sync/atomic"
 	"unsafe"
 
 	"github.com/redis/go-redis/v9"
@@ -35,14 +36,18 @@ func sarg(p *string) any { return (*strArg)(p) }
 
 // intArg is an integer argument passed by pointer, with room to format it.
 type intArg struct {
-	n   int64
-	buf [20]byte
+	n      int64
+	buf    [20]byte
+	writes atomic.Int32 // how often go-redis wrote it (each attempt writes it)
 }
 
 // MarshalBinary formats n into the argument's own buffer. A command's
 // arguments are written by one goroutine at a time (a retry writes them
 // again, after the first write).
-func (i *intArg) MarshalBinary() ([]byte, error) { return strconv.AppendInt(i.buf[:0], i.n, 10), nil }
+func (i *intArg) MarshalBinary() ([]byte, error) {
+	i.writes.Add(1)
+	return strconv.AppendInt(i.buf[:0], i.n, 10), nil
+}
 
 func (i *intArg) String() string { return strconv.FormatInt(i.n, 10) }
 
@@ -100,9 +105,11 @@ type acqArgs struct {
 func (a *call) newAcqArgs() *acqArgs {
 	if !a.acqUsed {
 		a.acqUsed = true
-		return &a.acqArgs
+		a.curAcq = &a.acqArgs
+	} else {
+		a.curAcq = new(acqArgs)
 	}
-	return new(acqArgs)
+	return a.curAcq
 }
 
 // newRelArgs is newAcqArgs for a release of the call's identity.

@@ -36,10 +36,13 @@ var (
 	// go-redis client), or the server answered with an error: NOPERM (ACL),
 	// READONLY (a replica), OOM, WRONGTYPE, and so on. The error names the
 	// cause; the function was not called and no release is sent. Usually a
-	// deployment or configuration problem. One limit, from go-redis: when a
-	// reply is lost and go-redis's retry then cannot connect, only the dial
-	// error is returned, although the first attempt may have been granted;
-	// such a grant, to an identity nobody uses, ends with its TTL.
+	// deployment or configuration problem. When a reply is lost and
+	// go-redis's retry then cannot connect (a dial error, a pool timeout),
+	// the acquire had been written, so the outcome is ErrUnknown, not this.
+	// One limit, from go-redis: when such a retry gets an error reply
+	// (READONLY after a failover, LOADING after a restart), only that reply
+	// is returned, although the first attempt may have been granted; such a
+	// grant, to an identity nobody uses, ends with its TTL.
 	ErrRefused = errors.New("lease: refused")
 
 	// ErrLost: the lease ended while the function ran (renewal refused, its
