@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"net"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -215,5 +216,66 @@ func TestAdversary29c_LostReplyThenPoolTimeoutLeavesSilentGrant(t *testing.T) {
 	mustNotIs(t, err, lease.ErrRefused)
 	if rec.Count(lease.EventReleaseUnconfirmed) == 0 {
 		t.Fatalf("a grant left behind without a release_unconfirmed report: %v", adv29cKinds(rec))
+	}
+}
+
+// Deadlines hold "regardless of the go-redis client's ReadTimeout": with
+// ReadTimeout -2 (or WriteTimeout -2) go-redis never sets a socket
+// deadline, so ContextTimeoutEnabled has nothing to bound a read with. A
+// blackholed server must still see Do return by its deadline (or New
+// refuse the client with a clear error).
+func TestAdversary29c_NoDeadlineTimeoutsBlackholed(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		adjust func(*redis.Options)
+	}{
+		{"read-2", func(o *redis.Options) { o.ReadTimeout = -2 }},
+		{"read-2-write-2", func(o *redis.Options) { o.ReadTimeout, o.WriteTimeout = -2, -2 }},
+		{"read-1", func(o *redis.Options) { o.ReadTimeout = -1 }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := leasetest.StartRedis(t)
+			p := leasetest.StartProxy(t, srv.Addr())
+			o := &redis.Options{Addr: p.Addr(), ContextTimeoutEnabled: true}
+			tc.adjust(o)
+			rdb := redis.NewClient(o)
+			t.Cleanup(func() { rdb.Close() })
+			rec := &leasetest.Recorder{}
+			c, err := lease.New(rdb, lease.WithObserver(rec))
+			if err != nil {
+				// Refusing what cannot be honoured is allowed, with a
+				// clear error naming the setting.
+				if !strings.Contains(err.Error(), "Timeout") {
+					t.Fatalf("New refused the client without naming the setting: %v", err)
+				}
+				t.Logf("New refused the client: %v", err)
+				return
+			}
+			t.Cleanup(func() { c.Close() })
+			warm(t, c, "nodl")
+			p.Set(leasetest.Blackhole)
+			done := make(chan error, 1)
+			start := time.Now()
+			go func() {
+				done <- c.Do(context.Background(), "nodl", spec(2*time.Second, 400*time.Millisecond), func(context.Context) error {
+					t.Error("entered")
+					return nil
+				})
+			}()
+			select {
+			case err := <-done:
+				el := time.Since(start)
+				t.Logf("Do = %v after %v", err, el)
+				mustIs(t, err, lease.ErrUnknown)
+				if el > 400*time.Millisecond+300*time.Millisecond {
+					t.Fatalf("Do took %v, budget 400ms", el)
+				}
+			case <-time.After(3 * time.Second):
+				p.CloseConns()
+				p.Set(leasetest.Pass)
+				<-done
+				t.Fatalf("Do still running 3s after start with a 400ms budget (returned after the proxy closed its connections)")
+			}
+		})
 	}
 }
