@@ -279,3 +279,68 @@ func TestAdversary29c_NoDeadlineTimeoutsBlackholed(t *testing.T) {
 		})
 	}
 }
+
+// adv29cBreaker is a circuit-breaker hook: while open, it fails every
+// command without sending it.
+type adv29cBreaker struct {
+	open  atomic.Bool
+	calls atomic.Int64 // commands failed while open
+}
+
+var errAdv29cOpen = errors.New("breaker open")
+
+func (h *adv29cBreaker) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h *adv29cBreaker) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if h.open.Load() {
+			h.calls.Add(1)
+			return errAdv29cOpen
+		}
+		return next(ctx, cmd)
+	}
+}
+func (h *adv29cBreaker) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		if h.open.Load() {
+			h.calls.Add(1)
+			return errAdv29cOpen
+		}
+		return next(ctx, cmds)
+	}
+}
+
+// A hook that fails a command without sending it (a circuit breaker, a
+// rate limiter) leaves nothing on the wire: the acquire was definitely not
+// executed. Do must say so (ErrRefused, the cause named), not "sent, no
+// parsed reply" (ErrUnknown), and send no release.
+func TestAdversary29c_HookFailsWithoutSending(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		s    lease.Spec
+	}{
+		{"setnx", spec(2*time.Second, time.Second)},
+		{"fenced", lease.Spec{TTL: 2 * time.Second, Deadline: time.Second, Fence: true}},
+		{"waiting", lease.Spec{TTL: 2 * time.Second, Deadline: time.Second, Wait: 100 * time.Millisecond}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rdb := shared.Client(t)
+			h := &adv29cBreaker{}
+			rdb.AddHook(h)
+			c, rec := newClient(t, rdb)
+			key := uniqueKey(t)
+			warm(t, c, key)
+			h.open.Store(true)
+			err := c.Do(context.Background(), key, tc.s, func(context.Context) error {
+				t.Error("entered")
+				return nil
+			})
+			h.open.Store(false)
+			t.Logf("Do = %v; hook failed %d commands; events %v", err, h.calls.Load(), adv29cKinds(rec))
+			mustIs(t, err, lease.ErrRefused, errAdv29cOpen)
+			mustNotIs(t, err, lease.ErrUnknown)
+			if rec.Count(lease.EventAcquireUnknown) != 0 {
+				t.Fatalf("reported acquire_unknown: %v", adv29cKinds(rec))
+			}
+		})
+	}
+}
