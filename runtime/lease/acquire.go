@@ -87,7 +87,7 @@ func (a *call) acquireOnce(ctx context.Context, waitUntil time.Time) (*Lease, ti
 			case outRefused:
 				if notSent(err) {
 					a.c.reloadTopology() // a Cluster node may have failed
-					if a.curAcq != nil && a.curAcq.ttl.writes.Load() > 0 {
+					if a.written() {
 						// The acquire was written to a connection before
 						// (go-redis's retry after a lost reply could not
 						// connect, or found the pool taken): it may have
@@ -95,6 +95,12 @@ func (a *call) acquireOnce(ctx context.Context, waitUntil time.Time) (*Lease, ti
 						return nil, 0, a.unknown(ctx, err, false)
 					}
 				}
+				return nil, 0, a.refused("acquire", err)
+			}
+			if !a.written() && !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) {
+				// Never written to a connection: a hook failed the
+				// request without sending it (a circuit breaker, a rate
+				// limiter). Not executed.
 				return nil, 0, a.refused("acquire", err)
 			}
 			return nil, 0, a.unknown(ctx, err, false)
@@ -117,6 +123,12 @@ func (a *call) acquireOnce(ctx context.Context, waitUntil time.Time) (*Lease, ti
 		}
 		return a.granted(tok, validUntil), 0, nil
 	}
+}
+
+// written reports whether go-redis wrote the last acquire to a connection
+// (its TTL argument was marshalled): only then may it have been executed.
+func (a *call) written() bool {
+	return a.curAcq != nil && a.curAcq.ttl.writes.Load() > 0
 }
 
 // granted makes the call's lease for a confirmed grant (a.sent and a.token

@@ -33,9 +33,10 @@ var (
 
 	// ErrRefused: the request was not carried out. Either no connection
 	// could be made for it (dial or TLS failure, a closed or exhausted
-	// go-redis client), or the server answered with an error: NOPERM (ACL),
-	// READONLY (a replica), OOM, WRONGTYPE, and so on. The error names the
-	// cause; the function was not called and no release is sent. Usually a
+	// go-redis client, a hook that failed it without sending it), or the
+	// server answered with an error: NOPERM (ACL), READONLY (a replica),
+	// OOM, WRONGTYPE, and so on. The error names the cause; the function
+	// was not called and no release is sent. Usually a
 	// deployment or configuration problem. When a reply is lost and
 	// go-redis's retry then cannot connect (a dial error, a pool timeout),
 	// the acquire had been written, so the outcome is ErrUnknown, not this.
