@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"go.uber.org/goleak"
 
 	"github.com/leasegen/leasegen/runtime/lease"
 	"github.com/leasegen/leasegen/runtime/leasetest"
@@ -340,6 +341,109 @@ func TestAdversary29c_HookFailsWithoutSending(t *testing.T) {
 			mustNotIs(t, err, lease.ErrUnknown)
 			if rec.Count(lease.EventAcquireUnknown) != 0 {
 				t.Fatalf("reported acquire_unknown: %v", adv29cKinds(rec))
+			}
+		})
+	}
+}
+
+// Replies delayed past the deadline, then delivered: the acquire ran on
+// the server. Do returns by its deadline with ErrUnknown, never enters fn,
+// and the grant is released (the release ran too, its reply late) or its
+// release reported unconfirmed; once the client is closed, nothing Do
+// started is left running.
+func TestAdversary29c_DelayedRepliesPastDeadline(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		s    lease.Spec
+	}{
+		{"setnx", spec(2*time.Second, 300*time.Millisecond)},
+		{"fenced", lease.Spec{TTL: 2 * time.Second, Deadline: 300 * time.Millisecond, Fence: true}},
+		{"waiting", lease.Spec{TTL: 2 * time.Second, Deadline: 300 * time.Millisecond, Wait: 50 * time.Millisecond, MinValidity: 100 * time.Millisecond}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := leasetest.StartRedis(t)
+			direct := srv.Client(t)
+			ignore := goleak.IgnoreCurrent()
+			p, err := leasetest.NewProxy(srv.Addr())
+			if err != nil {
+				t.Fatal(err)
+			}
+			rdb := redis.NewClient(&redis.Options{Addr: p.Addr(), ContextTimeoutEnabled: true})
+			rec := &leasetest.Recorder{}
+			c, err := lease.New(rdb, lease.WithObserver(rec))
+			if err != nil {
+				t.Fatal(err)
+			}
+			key := "delayed-" + tc.name
+			warm(t, c, key)
+			p.SetDelay(500 * time.Millisecond)
+			start := time.Now()
+			err = c.Do(context.Background(), key, tc.s, func(context.Context) error {
+				t.Error("entered")
+				return nil
+			})
+			el := time.Since(start)
+			time.Sleep(700 * time.Millisecond) // the late replies arrive
+			v, _ := direct.Get(context.Background(), lockKey(key)).Result()
+			t.Logf("Do = %v after %v; lock value afterwards %q; events %v", err, el, v, adv29cKinds(rec))
+			mustIs(t, err, lease.ErrUnknown)
+			if el > tc.s.Deadline+150*time.Millisecond {
+				t.Errorf("Do took %v with a %v budget", el, tc.s.Deadline)
+			}
+			if v != "" && rec.Count(lease.EventReleaseUnconfirmed) == 0 {
+				t.Errorf("key left held (%q) without a release_unconfirmed report", v)
+			}
+			c.Close()
+			rdb.Close()
+			p.Close()
+			if err := goleak.Find(ignore); err != nil {
+				t.Errorf("goroutines left behind: %v", err)
+			}
+		})
+	}
+}
+
+// A server that accepts connections but never answers, met with no idle
+// connection in the pool: go-redis's handshake (HELLO) never completes, so
+// the acquire is never written. The server provably did not execute it:
+// the outcome is not unknown ("sent, no parsed reply"), no release is
+// needed, and Do returns by its deadline.
+func TestAdversary29c_BlackholedHandshakeNeverSends(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		s    lease.Spec
+	}{
+		{"setnx", spec(2*time.Second, 300*time.Millisecond)},
+		{"fenced", lease.Spec{TTL: 2 * time.Second, Deadline: 300 * time.Millisecond, Fence: true}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := leasetest.StartRedis(t)
+			direct := srv.Client(t)
+			p := leasetest.StartProxy(t, srv.Addr())
+			rdb := redis.NewClient(&redis.Options{Addr: p.Addr(), ContextTimeoutEnabled: true})
+			t.Cleanup(func() { rdb.Close() })
+			c, rec := newClient(t, rdb)
+			p.Set(leasetest.Blackhole)
+			before := serverCalls(t, direct)
+			start := time.Now()
+			err := c.Do(context.Background(), "hs", tc.s, func(context.Context) error {
+				t.Error("entered")
+				return nil
+			})
+			el := time.Since(start)
+			after := serverCalls(t, direct)
+			sent := after["set"] - before["set"] + after["evalsha"] - before["evalsha"] + after["eval"] - before["eval"]
+			t.Logf("Do = %v after %v; acquire commands executed %d; events %v", err, el, sent, adv29cKinds(rec))
+			if sent != 0 {
+				t.Fatalf("the acquire reached the server (%d): the attack did not happen", sent)
+			}
+			if el > tc.s.Deadline+150*time.Millisecond {
+				t.Errorf("Do took %v with a %v budget", el, tc.s.Deadline)
+			}
+			mustNotIs(t, err, lease.ErrUnknown)
+			mustIs(t, err, lease.ErrRefused)
+			if rec.Count(lease.EventAcquireUnknown) != 0 {
+				t.Fatalf("reported acquire_unknown for a request never sent: %v", adv29cKinds(rec))
 			}
 		})
 	}
