@@ -67,6 +67,12 @@ func (a *call) acquireOnce(ctx context.Context, waitUntil time.Time) (*Lease, ti
 		}
 		cancel()
 		if err != nil && !time.Now().Before(limit) {
+			if !a.written() {
+				// Never written to a connection (the pool stayed taken, a
+				// dial or the handshake did not finish in time): not
+				// executed.
+				return nil, 0, a.refused("acquire", err)
+			}
 			// Past the limit, go-redis may have retried a request that
 			// timed out at it: the last attempt's error (a dial that could
 			// not start, say) does not tell whether the first was carried

@@ -26,9 +26,8 @@ var (
 	// ErrUnknown: a request was sent but no reply was read (timeout, EOF,
 	// reset, cancelled context). The lease may or may not have been granted;
 	// the function was not called and a conditional release was attempted.
-	// When go-redis's own dial retries (DialerRetries, MaxRetries) outlast
-	// the call's budget, go-redis reports the deadline rather than the dial
-	// error, and the call is reported unknown although nothing was sent.
+	// A request never written to a connection (go-redis's dial retries or
+	// handshake outlasting the call's budget, say) is ErrRefused instead.
 	ErrUnknown = errors.New("lease: outcome unknown")
 
 	// ErrRefused: the request was not carried out. Either no connection
