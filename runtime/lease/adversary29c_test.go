@@ -448,3 +448,60 @@ func TestAdversary29c_BlackholedHandshakeNeverSends(t *testing.T) {
 		})
 	}
 }
+
+// A server busy running another client's slow script answers BUSY: the
+// acquire was not executed (ErrRefused naming BUSY, no release), fn is not
+// entered, and nothing is left held. Also under RESP2 (Protocol 2).
+func TestAdversary29c_BusyScriptIsRefused(t *testing.T) {
+	srv := leasetest.StartRedis(t, "--busy-reply-threshold", "50")
+	for _, proto := range []int{3, 2} {
+		t.Run(itoa(proto), func(t *testing.T) {
+			rdb := srv.Client(t, func(o *redis.Options) { o.Protocol = proto })
+			c, rec := newClient(t, rdb)
+			key := "busy-script-" + itoa(proto)
+			fenced := lease.Spec{TTL: 2 * time.Second, Deadline: time.Second, Fence: true}
+			warm(t, c, key)
+			if err := c.Do(context.Background(), key, fenced, func(context.Context) error { return nil }); err != nil {
+				t.Fatal(err)
+			}
+			slow := make(chan error, 1)
+			go func() {
+				slow <- srv.Client(t).Eval(context.Background(), `local t = redis.call('TIME')
+local s = t[1] * 1000000 + t[2]
+repeat local n = redis.call('TIME') until n[1] * 1000000 + n[2] - s > 700000
+return 1`, nil).Err()
+			}()
+			time.Sleep(150 * time.Millisecond)
+			for _, s := range []lease.Spec{spec(2*time.Second, time.Second), fenced} {
+				err := c.Do(context.Background(), key, s, func(context.Context) error {
+					t.Error("entered")
+					return nil
+				})
+				t.Logf("Do = %v; events %v", err, adv29cKinds(rec))
+				mustIs(t, err, lease.ErrRefused)
+				mustNotIs(t, err, lease.ErrUnknown)
+				if !strings.Contains(err.Error(), "BUSY") {
+					t.Errorf("error does not name BUSY: %v", err)
+				}
+			}
+			if err := <-slow; err != nil {
+				t.Fatal(err)
+			}
+			if n := srv.Client(t).Exists(context.Background(), lockKey(key)).Val(); n != 0 {
+				t.Fatal("key held after refused acquires")
+			}
+			// RESP2 grants and busy answers parse as under RESP3.
+			release := make(chan struct{})
+			done := hold(t, c, key, fenced, release)
+			err := c.Do(context.Background(), key, spec(2*time.Second, time.Second), func(context.Context) error {
+				t.Error("entered a held key")
+				return nil
+			})
+			mustIs(t, err, lease.ErrBusy)
+			close(release)
+			if err := <-done; err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
