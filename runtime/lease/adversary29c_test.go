@@ -505,3 +505,52 @@ return 1`, nil).Err()
 		})
 	}
 }
+
+// adv29cSwallowAll is adv29cSwallowHook for pipelines too.
+type adv29cSwallowAll struct{ adv29cSwallowHook }
+
+func (h *adv29cSwallowAll) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		err := next(ctx, cmds)
+		if err != nil && h.on.Load() {
+			h.swallow.Add(1)
+			return nil
+		}
+		return err
+	}
+}
+
+// A kept lease is reused only on an answer that the key still holds it
+// when the Client cannot trust its channel: a check whose reply never
+// came (a fail-open hook swallowed the pipeline's error) is no such
+// answer. Here the key was deleted from outside meanwhile (a failover
+// that lost it), so reusing it enters fn with no lease on the server.
+func TestAdversary29c_KeptVerifyWithoutReplyIsNotOK(t *testing.T) {
+	h := &adv29cSwallowAll{}
+	c, rec, p, direct, _ := proxied(t, func(o *redis.Options) { o.MaxRetries = -1 })
+	c.Redis().(*redis.Client).AddHook(h)
+	key := "kept-verify"
+	s := lease.Spec{TTL: 3 * time.Second, Deadline: 2 * time.Second, MinValidity: time.Second, Keep: 5 * time.Second}
+	if err := c.Do(context.Background(), key, s, func(context.Context) error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(200 * time.Millisecond)
+	if n := direct.Del(context.Background(), lockKey(key)).Val(); n != 1 {
+		t.Fatalf("the kept lease's key was not there (%d)", n)
+	}
+	h.on.Store(true)
+	p.Set(leasetest.Blackhole)
+	p.CloseConns()
+	time.Sleep(600 * time.Millisecond) // the subscription is down: the channel is not trusted
+	entered := false
+	err := c.Do(context.Background(), key, s, func(context.Context) error {
+		entered = true
+		return nil
+	})
+	h.on.Store(false)
+	p.Set(leasetest.Pass)
+	t.Logf("Do = %v; swallowed %d; events %v", err, h.swallow.Load(), adv29cKinds(rec))
+	if entered {
+		t.Fatalf("entered a kept lease whose key was gone, on a check that got no reply (Do = %v)", err)
+	}
+}
