@@ -554,3 +554,51 @@ func TestAdversary29c_KeptVerifyWithoutReplyIsNotOK(t *testing.T) {
 		t.Fatalf("entered a kept lease whose key was gone, on a check that got no reply (Do = %v)", err)
 	}
 }
+
+// An ACL without GET (a recipe trimmed by hand): SET NX still answers "not
+// set" (the server executed it: the key is held), then the look at the
+// holder is refused. A first "not set" is a busy answer, not "not
+// executed"; one that follows go-redis's retry of a lost reply may be the
+// replay of the call's own grant, so it is unknown, and the grant must be
+// released or reported, never left silently.
+func TestAdversary29c_SetNXLookRefused(t *testing.T) {
+	srv := leasetest.StartRedis(t)
+	aclClient(t, srv, "noget", without(leastPrivilege, "+get")...).Close()
+	p := leasetest.StartProxy(t, srv.Addr())
+	rdb := redis.NewClient(&redis.Options{Addr: p.Addr(), ContextTimeoutEnabled: true, Username: "noget", Password: "pw"})
+	t.Cleanup(func() { rdb.Close() })
+	c, rec := newClient(t, rdb)
+	direct := srv.Client(t)
+	s := spec(5*time.Second, time.Second)
+
+	t.Run("busy", func(t *testing.T) {
+		key := "noget-busy"
+		if err := direct.Set(context.Background(), lockKey(key), "someone:0", 5*time.Second).Err(); err != nil {
+			t.Fatal(err)
+		}
+		err := c.Do(context.Background(), key, s, func(context.Context) error {
+			t.Error("entered")
+			return nil
+		})
+		t.Logf("Do = %v", err)
+		mustIs(t, err, lease.ErrBusy)
+	})
+	t.Run("replay", func(t *testing.T) {
+		key := "noget-replay"
+		warm(t, c, key)
+		p.Set(leasetest.CutNextReply)
+		err := c.Do(context.Background(), key, s, func(context.Context) error {
+			t.Error("entered")
+			return nil
+		})
+		v, _ := direct.Get(context.Background(), lockKey(key)).Result()
+		t.Logf("Do = %v; cut %d; lock value %q; events %v", err, p.Cut(), v, adv29cKinds(rec))
+		if p.Cut() != 1 {
+			t.Fatalf("cut %d", p.Cut())
+		}
+		mustIs(t, err, lease.ErrUnknown)
+		if v != "" && rec.Count(lease.EventReleaseUnconfirmed) == 0 {
+			t.Fatalf("own grant left held (%q) without a report", v)
+		}
+	})
+}
