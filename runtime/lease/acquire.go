@@ -208,23 +208,35 @@ func (a *call) setNX(ctx context.Context) (granted bool, pttl time.Duration, err
 	// Only a parsed "OK" is a grant: a hook may have cleared the error of a
 	// request that got no reply, or of SET's "not set" (redis.Nil).
 	set := a.c.rdb.Do(ctx, x.argv[:6]...)
+	notSet := false // SET answered "not set"
 	switch err := set.Err(); {
 	case err == nil && set.Val() == "OK":
 		return true, 0, nil
-	case err == nil, err == redis.Nil: // not set (or no reply): look
+	case err == redis.Nil:
+		notSet = true // the key is taken: look
+	case err == nil: // no reply parsed (a hook cleared the error): look
 	default:
 		return false, 0, err
 	}
 	pipe := a.c.rdb.Pipeline()
 	get := pipe.Do(ctx, "get", a.k.lock)
 	ttl := pipe.Do(ctx, "pttl", a.k.lock)
-	if _, err := pipe.Exec(ctx); err != nil && err != redis.Nil {
-		return false, 0, err
+	_, err = pipe.Exec(ctx)
+	var d int64
+	if err == nil || err == redis.Nil {
+		// The replies are read in order: a parsed PTTL means GET's was
+		// parsed too (its nil value then is a missing key).
+		d, err = parsedInt(ttl.Val(), ttl.Err())
 	}
-	// The replies are read in order: a parsed PTTL means GET's was parsed
-	// too (its nil value then is a missing key).
-	d, err := parsedInt(ttl.Val(), ttl.Err())
 	if err != nil {
+		if notSet && x.ttl.writes.Load() <= 1 {
+			return false, -1, nil // the look failed, but SET, sent once, answered busy
+		}
+		if classify(err) != outUnknown {
+			// go-redis re-sent the SET (a lost reply), or its answer was
+			// not parsed: it may have granted this attempt. Unknown.
+			return false, 0, fmt.Errorf("lease: SET NX may have granted the key (re-sent by go-redis, or its answer not parsed), and the look at the key failed: %v", err)
+		}
 		return false, 0, err
 	}
 	if v, _ := get.Val().(string); v == own {
