@@ -602,3 +602,36 @@ func TestAdversary29c_SetNXLookRefused(t *testing.T) {
 		}
 	})
 }
+
+// The caller cancels while the acquire waits for a pooled connection (the
+// pool's one connection is held by another goroutine's BLPOP): nothing was
+// written, so the outcome is not unknown, no release is needed, and Do
+// returns promptly after the cancel.
+func TestAdversary29c_CancelDuringPoolWait(t *testing.T) {
+	srv := leasetest.StartRedis(t)
+	rdb := srv.Client(t, func(o *redis.Options) { o.PoolSize = 1; o.PoolTimeout = 5 * time.Second })
+	c, rec := newClient(t, rdb)
+	key := "cancel-pool"
+	warm(t, c, key)
+	blocked := make(chan struct{})
+	go func() {
+		defer close(blocked)
+		rdb.BLPop(context.Background(), time.Second, "adv29c-nothing")
+	}()
+	time.Sleep(50 * time.Millisecond)
+	ctx, cancel := context.WithCancel(context.Background())
+	time.AfterFunc(100*time.Millisecond, cancel)
+	start := time.Now()
+	err := c.Do(ctx, key, spec(5*time.Second, 3*time.Second), func(context.Context) error {
+		t.Error("entered")
+		return nil
+	})
+	el := time.Since(start)
+	<-blocked
+	t.Logf("Do = %v after %v; events %v", err, el, adv29cKinds(rec))
+	mustIs(t, err, context.Canceled)
+	mustNotIs(t, err, lease.ErrUnknown)
+	if el > 150*time.Millisecond+50*time.Millisecond {
+		t.Errorf("Do returned %v after start, the cancel came at 100ms", el)
+	}
+}
