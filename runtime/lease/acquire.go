@@ -103,10 +103,11 @@ func (a *call) acquireOnce(ctx context.Context, waitUntil time.Time) (*Lease, ti
 				}
 				return nil, 0, a.refused("acquire", err)
 			}
-			if !a.written() && !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) {
+			if !a.written() {
 				// Never written to a connection: a hook failed the
 				// request without sending it (a circuit breaker, a rate
-				// limiter). Not executed.
+				// limiter), or the caller's context ended while it waited
+				// for one. Not executed.
 				return nil, 0, a.refused("acquire", err)
 			}
 			return nil, 0, a.unknown(ctx, err, false)
