@@ -67,6 +67,12 @@ func (a *call) acquireOnce(ctx context.Context, waitUntil time.Time) (*Lease, ti
 		}
 		cancel()
 		if err != nil && !time.Now().Before(limit) {
+			if !a.written() {
+				// Never written to a connection (the pool stayed taken, a
+				// dial or the handshake did not finish in time): not
+				// executed.
+				return nil, 0, a.refused("acquire", err)
+			}
 			// Past the limit, go-redis may have retried a request that
 			// timed out at it: the last attempt's error (a dial that could
 			// not start, say) does not tell whether the first was carried
@@ -87,7 +93,21 @@ func (a *call) acquireOnce(ctx context.Context, waitUntil time.Time) (*Lease, ti
 			case outRefused:
 				if notSent(err) {
 					a.c.reloadTopology() // a Cluster node may have failed
+					if a.written() {
+						// The acquire was written to a connection before
+						// (go-redis's retry after a lost reply could not
+						// connect, or found the pool taken): it may have
+						// been carried out.
+						return nil, 0, a.unknown(ctx, err, false)
+					}
 				}
+				return nil, 0, a.refused("acquire", err)
+			}
+			if !a.written() {
+				// Never written to a connection: a hook failed the
+				// request without sending it (a circuit breaker, a rate
+				// limiter), or the caller's context ended while it waited
+				// for one. Not executed.
 				return nil, 0, a.refused("acquire", err)
 			}
 			return nil, 0, a.unknown(ctx, err, false)
@@ -110,6 +130,12 @@ func (a *call) acquireOnce(ctx context.Context, waitUntil time.Time) (*Lease, ti
 		}
 		return a.granted(tok, validUntil), 0, nil
 	}
+}
+
+// written reports whether go-redis wrote the last acquire to a connection
+// (its TTL argument was marshalled): only then may it have been executed.
+func (a *call) written() bool {
+	return a.curAcq != nil && a.curAcq.ttl.writes.Load() > 0
 }
 
 // granted makes the call's lease for a confirmed grant (a.sent and a.token
@@ -180,25 +206,46 @@ func (a *call) setNX(ctx context.Context) (granted bool, pttl time.Duration, err
 	x := a.newAcqArgs()
 	x.ttl.n = ms(a.spec.TTL)
 	x.argv = [...]any{"set", sarg(&a.k.lock), sarg(&a.idValue), "px", &x.ttl, "nx", nil, nil, nil, nil, nil, nil, nil, nil, nil}
-	switch err := a.c.rdb.Do(ctx, x.argv[:6]...).Err(); err {
-	case nil:
+	// Only a parsed "OK" is a grant: a hook may have cleared the error of a
+	// request that got no reply, or of SET's "not set" (redis.Nil).
+	set := a.c.rdb.Do(ctx, x.argv[:6]...)
+	notSet := false // SET answered "not set"
+	switch err := set.Err(); {
+	case err == nil && set.Val() == "OK":
 		return true, 0, nil
-	case redis.Nil: // not set: the key is taken
+	case err == redis.Nil:
+		notSet = true // the key is taken: look
+	case err == nil: // no reply parsed (a hook cleared the error): look
 	default:
 		return false, 0, err
 	}
 	pipe := a.c.rdb.Pipeline()
-	get := pipe.Get(ctx, a.k.lock)
-	ttl := pipe.PTTL(ctx, a.k.lock)
-	if _, err := pipe.Exec(ctx); err != nil && err != redis.Nil {
+	get := pipe.Do(ctx, "get", a.k.lock)
+	ttl := pipe.Do(ctx, "pttl", a.k.lock)
+	_, err = pipe.Exec(ctx)
+	var d int64
+	if err == nil || err == redis.Nil {
+		// The replies are read in order: a parsed PTTL means GET's was
+		// parsed too (its nil value then is a missing key).
+		d, err = parsedInt(ttl.Val(), ttl.Err())
+	}
+	if err != nil {
+		if notSet && x.ttl.writes.Load() <= 1 {
+			return false, -1, nil // the look failed, but SET, sent once, answered busy
+		}
+		if classify(err) != outUnknown {
+			// go-redis re-sent the SET (a lost reply), or its answer was
+			// not parsed: it may have granted this attempt. Unknown.
+			return false, 0, fmt.Errorf("lease: SET NX may have granted the key (re-sent by go-redis, or its answer not parsed), and the look at the key failed: %v", err)
+		}
 		return false, 0, err
 	}
-	if v, _ := get.Result(); v == own {
+	if v, _ := get.Val().(string); v == own {
 		return true, 0, nil // our own grant, read back by a replay
 	}
 	pttl = -1
-	if d, err := ttl.Result(); err == nil && d >= 0 {
-		pttl = d
+	if d >= 0 {
+		pttl = time.Duration(d) * time.Millisecond
 	}
 	return false, pttl, nil
 }

@@ -29,11 +29,16 @@ func adv11Busy(args []any, cmd redis.Cmder) bool {
 	}
 	// The acquire script answers one integer, negative when busy (see
 	// acquire.lua).
-	c, ok := cmd.(*redis.IntCmd)
-	if !ok {
+	var n int64
+	var err error
+	switch c := cmd.(type) {
+	case *redis.IntCmd:
+		n, err = c.Result()
+	case *redis.Cmd: // the runtime reads script answers with a Cmd
+		n, err = c.Int64()
+	default:
 		return false
 	}
-	n, err := c.Result()
 	return err == nil && n < 0
 }
 

@@ -34,8 +34,13 @@ func (h *adv28Replay) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 			return err
 		}
 		h.armed.Store(false)
-		if ic, ok := cmd.(*redis.IntCmd); ok {
-			h.first.Store(ic.Val())
+		switch c := cmd.(type) {
+		case *redis.IntCmd:
+			h.first.Store(c.Val())
+		case *redis.Cmd: // the runtime reads script answers with a Cmd
+			if n, err := c.Int64(); err == nil {
+				h.first.Store(n)
+			}
 		}
 		h.between()
 		return next(ctx, cmd)

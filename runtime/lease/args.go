@@ -2,8 +2,10 @@ package lease
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"strconv"
+	"sync/atomic"
 	"unsafe"
 
 	"github.com/redis/go-redis/v9"
@@ -34,14 +36,18 @@ func sarg(p *string) any { return (*strArg)(p) }
 
 // intArg is an integer argument passed by pointer, with room to format it.
 type intArg struct {
-	n   int64
-	buf [20]byte
+	n      int64
+	buf    [20]byte
+	writes atomic.Int32 // how often go-redis wrote it (each attempt writes it)
 }
 
 // MarshalBinary formats n into the argument's own buffer. A command's
 // arguments are written by one goroutine at a time (a retry writes them
 // again, after the first write).
-func (i *intArg) MarshalBinary() ([]byte, error) { return strconv.AppendInt(i.buf[:0], i.n, 10), nil }
+func (i *intArg) MarshalBinary() ([]byte, error) {
+	i.writes.Add(1)
+	return strconv.AppendInt(i.buf[:0], i.n, 10), nil
+}
 
 func (i *intArg) String() string { return strconv.FormatInt(i.n, 10) }
 
@@ -52,16 +58,39 @@ func (i *intArg) String() string { return strconv.FormatInt(i.n, 10) }
 // sent is never changed: a hook may keep it and format it later.
 func (c *Client) evalArgs(ctx context.Context, s *script, argv []any) (int64, error) {
 	argv[0], argv[1] = "evalsha", s.sha
-	// Both scripts answer one integer: an IntCmd reads it without boxing.
-	cmd := redis.NewIntCmd(ctx, argv...)
+	// Both scripts answer one integer. A Cmd, not an IntCmd: its value
+	// stays nil unless a reply was parsed, whereas an IntCmd's zero value
+	// (0, a grant) is what it holds when a hook swallowed the error of a
+	// request that got no reply (go-redis then clears the command's error).
+	cmd := redis.NewCmd(ctx, argv...)
 	_ = c.rdb.Process(ctx, cmd)
 	if err := cmd.Err(); err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
 		argv = slices.Clone(argv)
 		argv[0], argv[1] = "eval", s.src
-		cmd = redis.NewIntCmd(ctx, argv...)
+		cmd = redis.NewCmd(ctx, argv...)
 		_ = c.rdb.Process(ctx, cmd)
 	}
-	return cmd.Result()
+	return parsedInt(cmd.Val(), cmd.Err())
+}
+
+// errNoReply: go-redis reported success, but no reply was parsed (a hook
+// returned nil for a request that failed or was never sent). The outcome
+// is unknown.
+var errNoReply = errors.New("lease: go-redis returned no error but no reply was parsed (a hook swallowed the request's error?)")
+
+// parsedInt is a script's integer answer, or errNoReply when no reply was
+// parsed although there is no error.
+func parsedInt(v any, err error) (int64, error) {
+	if err != nil {
+		return 0, err
+	}
+	switch v := v.(type) {
+	case int64:
+		return v, nil
+	case string: // a token past 2^53, answered as a string to stay exact
+		return strconv.ParseInt(v, 10, 64)
+	}
+	return 0, errNoReply
 }
 
 // acqArgs are one acquire's arguments: its command line (SET or the
@@ -76,9 +105,11 @@ type acqArgs struct {
 func (a *call) newAcqArgs() *acqArgs {
 	if !a.acqUsed {
 		a.acqUsed = true
-		return &a.acqArgs
+		a.curAcq = &a.acqArgs
+	} else {
+		a.curAcq = new(acqArgs)
 	}
-	return new(acqArgs)
+	return a.curAcq
 }
 
 // newRelArgs is newAcqArgs for a release of the call's identity.

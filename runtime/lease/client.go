@@ -138,7 +138,9 @@ func WithCounterTTL(d time.Duration) Option {
 // ContextTimeoutEnabled is set, so New refuses a client without it (a
 // derived client would lose the hooks and the failover handling; go-redis's
 // WithTimeout clone drops the hooks too). Set it in the options of the
-// client you pass, or give leases a client of their own. *redis.Ring is
+// client you pass, or give leases a client of their own. For the same
+// reason New refuses ReadTimeout or WriteTimeout -2 (no socket deadlines
+// at all); -1 is fine. *redis.Ring is
 // refused: it moves keys between shards when one misses heartbeats, which
 // would split a lease. Close the Client before rdb.
 func New(rdb redis.UniversalClient, opts ...Option) (*Client, error) {
@@ -166,6 +168,9 @@ func New(rdb redis.UniversalClient, opts ...Option) (*Client, error) {
 		if !r.Options().ContextTimeoutEnabled {
 			return nil, errors.New("lease: New: the *redis.Client needs ContextTimeoutEnabled: true in its redis.Options, so that context deadlines bound socket reads (without it a call could outlive its deadline by the read timeout); set it on the client you pass, or give leases a client of their own")
 		}
+		if o := r.Options(); o.ReadTimeout < 0 || o.WriteTimeout < 0 {
+			return nil, errNoDeadlines("*redis.Client", "redis.Options")
+		}
 		c.rdb = r
 	case *redis.ClusterClient:
 		if r == nil {
@@ -173,6 +178,9 @@ func New(rdb redis.UniversalClient, opts ...Option) (*Client, error) {
 		}
 		if !r.Options().ContextTimeoutEnabled {
 			return nil, errors.New("lease: New: the *redis.ClusterClient needs ContextTimeoutEnabled: true in its redis.ClusterOptions, so that context deadlines bound socket reads (without it a call could outlive its deadline by the read timeout)")
+		}
+		if o := r.Options(); o.ReadTimeout < 0 || o.WriteTimeout < 0 {
+			return nil, errNoDeadlines("*redis.ClusterClient", "redis.ClusterOptions")
 		}
 		c.rdb = r
 	default:
@@ -185,6 +193,14 @@ func New(rdb redis.UniversalClient, opts ...Option) (*Client, error) {
 	c.hub = newWaitHub(c)
 	c.renew = newRenewer(c)
 	return c, nil
+}
+
+// errNoDeadlines refuses a client whose ReadTimeout or WriteTimeout is -2:
+// go-redis then sets no socket deadline at all, so not even
+// ContextTimeoutEnabled bounds a read, and a call could wait for a silent
+// server forever.
+func errNoDeadlines(client, options string) error {
+	return fmt.Errorf("lease: New: the %s has ReadTimeout or WriteTimeout -2 in its %s, which turns socket deadlines off, so that no context deadline can bound a read (a call could wait for a silent server forever); use -1 (no timeout of its own: the context's deadline still applies) or a positive timeout", client, options)
 }
 
 // Close stops the Client: later calls return ErrClosed, calls waiting for a

@@ -143,6 +143,7 @@ type call struct {
 	// look, a retry) gets new ones, so that a command a go-redis hook kept
 	// never changes under it.
 	acqArgs acqArgs
+	curAcq  *acqArgs // the last acquire's (see written)
 	acqUsed bool
 	rel     relArgs // the call's own release's (sendRelease)
 	relUsed bool

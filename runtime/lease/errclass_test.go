@@ -279,8 +279,12 @@ func TestServerErrorRepliesAreRefused(t *testing.T) {
 }
 
 // An unknown outcome stays unknown: a blackholed reply is not refused.
+// The connection is warmed first, so that the acquire is written (on a new
+// connection the blackholed handshake would keep it from being sent:
+// refused, see TestAdversary29c_BlackholedHandshakeNeverSends).
 func TestBlackholeIsUnknownNotRefused(t *testing.T) {
 	c, _, p, _, _ := proxied(t, nil)
+	warm(t, c, "bh")
 	p.Set(leasetest.Blackhole)
 	err := c.Do(context.Background(), "bh", spec(time.Second, 300*time.Millisecond), func(context.Context) error {
 		t.Error("entered")

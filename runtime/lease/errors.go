@@ -26,20 +26,23 @@ var (
 	// ErrUnknown: a request was sent but no reply was read (timeout, EOF,
 	// reset, cancelled context). The lease may or may not have been granted;
 	// the function was not called and a conditional release was attempted.
-	// When go-redis's own dial retries (DialerRetries, MaxRetries) outlast
-	// the call's budget, go-redis reports the deadline rather than the dial
-	// error, and the call is reported unknown although nothing was sent.
+	// A request never written to a connection (go-redis's dial retries or
+	// handshake outlasting the call's budget, say) is ErrRefused instead.
 	ErrUnknown = errors.New("lease: outcome unknown")
 
 	// ErrRefused: the request was not carried out. Either no connection
 	// could be made for it (dial or TLS failure, a closed or exhausted
-	// go-redis client), or the server answered with an error: NOPERM (ACL),
-	// READONLY (a replica), OOM, WRONGTYPE, and so on. The error names the
-	// cause; the function was not called and no release is sent. Usually a
-	// deployment or configuration problem. One limit, from go-redis: when a
-	// reply is lost and go-redis's retry then cannot connect, only the dial
-	// error is returned, although the first attempt may have been granted;
-	// such a grant, to an identity nobody uses, ends with its TTL.
+	// go-redis client, a hook that failed it without sending it), or the
+	// server answered with an error: NOPERM (ACL), READONLY (a replica),
+	// OOM, WRONGTYPE, and so on. The error names the cause; the function
+	// was not called and no release is sent. Usually a
+	// deployment or configuration problem. When a reply is lost and
+	// go-redis's retry then cannot connect (a dial error, a pool timeout),
+	// the acquire had been written, so the outcome is ErrUnknown, not this.
+	// One limit, from go-redis: when such a retry gets an error reply
+	// (READONLY after a failover, LOADING after a restart), only that reply
+	// is returned, although the first attempt may have been granted; such a
+	// grant, to an identity nobody uses, ends with its TTL.
 	ErrRefused = errors.New("lease: refused")
 
 	// ErrLost: the lease ended while the function ran (renewal refused, its

@@ -132,6 +132,10 @@ func TestFault06LateApplication(t *testing.T) {
 	st := watchStalls(t, 5*time.Millisecond)
 	for i := range trials {
 		key := fmt.Sprint("late-", i)
+		// A pooled connection, so that the acquire is written before the
+		// server stops (on a new one the handshake would keep it from
+		// being sent: refused, nothing to apply late).
+		warm(t, c, key)
 		srv.Pause()
 		entered := false
 		start := time.Now()

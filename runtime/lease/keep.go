@@ -274,7 +274,11 @@ func (c *Client) verifyKept(l *Lease, deadline time.Time, whileKept bool) keptSt
 	if _, err := pipe.Exec(ctx); err != nil && err != redis.Nil {
 		return keptUnsure
 	}
-	if v, err := get.Result(); err == redis.Nil || err == nil && !holds(v, l.a.id) {
+	v, err := get.Result()
+	if err != nil && err != redis.Nil {
+		return keptUnsure // no reply parsed (a hook may have cleared Exec's error)
+	}
+	if err == redis.Nil || !holds(v, l.a.id) {
 		if whileKept && !c.keeps(l) {
 			return keptUnsure // released by the call that took it
 		}
