@@ -2,9 +2,14 @@ package lease_test
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"testing"
+
+	"github.com/redis/go-redis/v9"
 	"time"
 
 	"github.com/leasegen/leasegen/runtime/lease"
@@ -105,4 +110,191 @@ func TestAdversary29a_KeptLostBeforeEntryIsNotEntered(t *testing.T) {
 	// fn was not called: the call reports that it could not enter (it
 	// had no validity left), not nil.
 	mustIs(t, err, lease.ErrLowValidity)
+}
+
+type adv29aCall struct {
+	who         string
+	enter, exit time.Time
+	token       lease.Token
+	err         error
+	took        time.Duration
+	budget      time.Duration
+}
+
+// Kept leases of one Client (three goroutines, nested reentry inside fn)
+// against waiters of another, while the keeper's replies are cut,
+// blackholed and delayed by the proxy and the server is paused (SIGSTOP)
+// past the TTL: no two calls that both returned nil ran their functions
+// at once, a nested call reuses its outer call's token, and every Do
+// returns by its budget.
+func TestAdversary29a_KeptVsWaitersUnderReplyFaultsAndPauses(t *testing.T) {
+	srv := leasetest.StartRedis(t)
+	pa := leasetest.StartProxy(t, srv.Addr())
+	adb := redis.NewClient(&redis.Options{Addr: pa.Addr(), ContextTimeoutEnabled: true})
+	t.Cleanup(func() { adb.Close() })
+	a, _ := newClient(t, adb, lease.WithReleaseTimeout(150*time.Millisecond))
+	b, _ := newClient(t, srv.Client(t), lease.WithReleaseTimeout(150*time.Millisecond))
+	key := "adv29a-soak"
+	var mu sync.Mutex
+	var calls []adv29aCall
+	var nestedBad []string
+	stop := time.Now().Add(3 * time.Second)
+	var wg sync.WaitGroup
+	run := func(who string, c *lease.Client, s lease.Spec, nested bool) {
+		defer wg.Done()
+		for i := 0; time.Now().Before(stop); i++ {
+			var rec adv29aCall
+			rec.who = who
+			start := time.Now()
+			err := c.Do(context.Background(), key, s, func(ctx context.Context) error {
+				rec.enter = time.Now()
+				rec.token, _ = lease.TokenFrom(ctx)
+				if nested && i%3 == 0 {
+					ns := lease.Spec{TTL: s.TTL, Deadline: 200 * time.Millisecond, MinValidity: time.Millisecond, Fence: true}
+					nerr := c.Do(ctx, key, ns, func(nctx context.Context) error {
+						if tok, _ := lease.TokenFrom(nctx); tok != rec.token {
+							mu.Lock()
+							nestedBad = append(nestedBad, fmt.Sprintf("nested token %d, outer %d", tok, rec.token))
+							mu.Unlock()
+						}
+						return nil
+					})
+					if nerr != nil && !errors.Is(nerr, lease.ErrLost) && !errors.Is(nerr, lease.ErrLowValidity) && !errors.Is(nerr, lease.ErrDeadline) {
+						mu.Lock()
+						nestedBad = append(nestedBad, fmt.Sprintf("nested Do: %v", nerr))
+						mu.Unlock()
+					}
+				}
+				d := 4 * time.Millisecond
+				if i%4 == 1 {
+					d = time.Duration(50+i%7*40) * time.Millisecond
+				}
+				select {
+				case <-time.After(d):
+				case <-ctx.Done():
+				}
+				rec.exit = time.Now()
+				return nil
+			})
+			rec.err, rec.took, rec.budget = err, time.Since(start), s.Deadline
+			mu.Lock()
+			calls = append(calls, rec)
+			mu.Unlock()
+			if err != nil {
+				time.Sleep(3 * time.Millisecond)
+			}
+		}
+	}
+	ka := lease.Spec{TTL: 400 * time.Millisecond, Deadline: time.Second, Wait: 600 * time.Millisecond, MinValidity: 150 * time.Millisecond, Keep: 300 * time.Millisecond, Fence: true}
+	kb := lease.Spec{TTL: 400 * time.Millisecond, Deadline: time.Second, Wait: 600 * time.Millisecond, MinValidity: 150 * time.Millisecond, Fence: true}
+	for i := range 3 {
+		wg.Add(1)
+		go run(fmt.Sprintf("A%d", i), a, ka, true)
+	}
+	for i := range 2 {
+		wg.Add(1)
+		go run(fmt.Sprintf("B%d", i), b, kb, false)
+	}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		rng := rand.New(rand.NewPCG(29, 1))
+		for time.Now().Before(stop) {
+			time.Sleep(time.Duration(30+rng.IntN(100)) * time.Millisecond)
+			switch rng.IntN(5) {
+			case 0:
+				pa.Set(leasetest.CutNextReply)
+			case 1:
+				pa.Set(leasetest.Blackhole)
+				time.Sleep(time.Duration(100+rng.IntN(400)) * time.Millisecond)
+				pa.Set(leasetest.Pass)
+			case 2:
+				pa.SetDelay(time.Duration(20+rng.IntN(100)) * time.Millisecond)
+				pa.Set(leasetest.Delay)
+				time.Sleep(300 * time.Millisecond)
+				pa.Set(leasetest.Pass)
+			case 3:
+				srv.Pause()
+				time.Sleep(time.Duration(200+rng.IntN(400)) * time.Millisecond)
+				srv.Resume()
+			}
+		}
+		pa.Set(leasetest.Pass)
+	}()
+	wg.Wait()
+	byWho := map[string]int{}
+	classes := map[string]int{}
+	for _, c := range calls {
+		if !c.enter.IsZero() && c.err == nil {
+			byWho[c.who[:1]]++
+		}
+		switch {
+		case c.err == nil:
+			classes["nil"]++
+		case errors.Is(c.err, lease.ErrBusy):
+			classes["busy"]++
+		case errors.Is(c.err, lease.ErrLost):
+			classes["lost"]++
+		case errors.Is(c.err, lease.ErrUnknown):
+			classes["unknown"]++
+		case errors.Is(c.err, lease.ErrLowValidity):
+			classes["lowvalidity"]++
+		case errors.Is(c.err, lease.ErrDeadline):
+			classes["deadline"]++
+		default:
+			classes["other"]++
+			t.Errorf("%s: unexpected error class: %v", c.who, c.err)
+		}
+		if c.took > c.budget+250*time.Millisecond {
+			t.Errorf("%s: Do took %v, budget %v (err %v)", c.who, c.took, c.budget, c.err)
+		}
+	}
+	t.Logf("%d calls, entered and nil by client %v, outcomes %v", len(calls), byWho, classes)
+	for _, s := range nestedBad {
+		t.Error(s)
+	}
+	for i, x := range calls {
+		if x.enter.IsZero() || x.err != nil {
+			continue
+		}
+		for _, y := range calls[i+1:] {
+			if y.enter.IsZero() || y.err != nil {
+				continue
+			}
+			if x.enter.Before(y.exit) && y.enter.Before(x.exit) {
+				t.Errorf("overlap: %s [%v tok %d] and %s [%v tok %d] both returned nil", x.who, x.enter.Format("05.000000"), x.token, y.who, y.enter.Format("05.000000"), y.token)
+			}
+		}
+	}
+	if byWho["A"] == 0 || byWho["B"] == 0 {
+		t.Errorf("a client never entered: %v", byWho)
+	}
+}
+
+// A keep that ends (or is lost, or found unsuitable) between keep adding
+// the lease to the Client's kept set and registering it as a keeper of the
+// key's channel unregisters first: with no channel state yet, the -1 is
+// dropped and the later +1 leaves the channel subscribed for good (no
+// kept lease, no waiter). Keep 1µs makes keepEnded race keep itself.
+// (Failed on a606aab: 11-15 of 300 channels left subscribed.)
+func TestAdversary29a_KeepEndedDuringKeepLeaksNoSubscription(t *testing.T) {
+	c, _ := sharedClient(t)
+	admin := shared.Client(t)
+	ctx := context.Background()
+	base := uniqueKey(t)
+	s := lease.Spec{TTL: 2 * time.Second, Deadline: 2 * time.Second, Keep: time.Microsecond}
+	for i := range 200 {
+		if err := c.Do(ctx, fmt.Sprintf("%s-%d", base, i), s, func(context.Context) error { return nil }); err != nil {
+			t.Fatalf("call %d: %v", i, err)
+		}
+	}
+	pattern := "lease:{" + base + "-*}:c"
+	var left []string
+	ok := waitFor(4*time.Second, func() bool {
+		left = admin.PubSubChannels(ctx, pattern).Val()
+		return len(left) == 0
+	})
+	if !ok {
+		t.Fatalf("%d key channels still subscribed with no kept lease and no waiter, e.g. %v", len(left), left[:min(3, len(left))])
+	}
 }
