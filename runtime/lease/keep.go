@@ -71,9 +71,16 @@ func (c *Client) keep(l *Lease, a *call) bool {
 		case keptLost, keptWanted:
 			return false // run releases (a handoff) and reports the loss
 		}
+		// Registered as a keeper of the channel before the lease can be
+		// found kept: whatever forgets it (its keep ending, a loss, an
+		// unsuitable call) unregisters after this, never before (a -1
+		// that came first would be dropped, and this +1 would leave the
+		// channel subscribed for good).
+		c.hub.keeper(l.a.k.channel, +1)
 		c.keptMu.Lock()
 		if c.closed.Load() || c.kept[l.key] != nil {
 			c.keptMu.Unlock()
+			c.hub.keeper(l.a.k.channel, -1)
 			return false
 		}
 		e = &kept{l: l}
@@ -89,9 +96,8 @@ func (c *Client) keep(l *Lease, a *call) bool {
 	l.w.extend(time.Now().Add(a.spec.Keep))
 	if first {
 		// Hear of waiters and of releases from outside from now on (their
-		// messages on the key's channel), and look once more for what came
-		// before the subscription took effect.
-		c.hub.keeper(l.a.k.channel, +1)
+		// messages on the key's channel, registered above), and look once
+		// more for what came before the subscription took effect.
 		go c.checkKept(l.a.k.channel)
 	}
 	return true
