@@ -298,3 +298,125 @@ func TestAdversary29a_KeepEndedDuringKeepLeaksNoSubscription(t *testing.T) {
 		t.Fatalf("%d key channels still subscribed with no kept lease and no waiter, e.g. %v", len(left), left[:min(3, len(left))])
 	}
 }
+
+// slowDoneCtx is a context whose first Done call (the context package's,
+// when reenter derives the nested function's context) waits until gate is
+// closed: a nested call held up, as a descheduled goroutine would be,
+// between deciding to reuse the enclosing lease and entering its function.
+type slowDoneCtx struct {
+	context.Context
+	once    sync.Once
+	waiting chan struct{}
+	gate    chan struct{}
+}
+
+func (c *slowDoneCtx) Done() <-chan struct{} {
+	c.once.Do(func() {
+		close(c.waiting)
+		select {
+		case <-c.gate:
+		case <-time.After(5 * time.Second):
+		}
+	})
+	return c.Context.Done()
+}
+
+// A nested Do from a goroutine that fn started decides to reuse the
+// enclosing lease while the enclosing function runs, then is held up
+// before entering its own function; meanwhile the enclosing call returns
+// and keeps the lease for the next call. The nested function must not be
+// entered: the enclosing call is no longer in its function. (Failed on
+// a606aab: reusable() was checked only before reenter derived the
+// contexts; the nested function ran after the enclosing call returned. A
+// tight loop of such nested calls without the hold-up showed the same in
+// about half of 400 enclosing calls.)
+func TestAdversary29a_NestedHeldUpPastOuterReturn(t *testing.T) {
+	c, _ := sharedClient(t)
+	key := uniqueKey(t)
+	ctx := context.Background()
+	s := lease.Spec{TTL: 5 * time.Second, Deadline: 5 * time.Second, Keep: 10 * time.Second}
+	ns := lease.Spec{TTL: 5 * time.Second, Deadline: time.Second, MinValidity: time.Millisecond}
+	var entered atomic.Bool
+	nested := make(chan error, 1)
+	gate := make(chan struct{})
+	err := c.Do(ctx, key, s, func(fctx context.Context) error {
+		sc := &slowDoneCtx{Context: fctx, waiting: make(chan struct{}), gate: gate}
+		go func() {
+			nested <- c.Do(sc, key, ns, func(context.Context) error {
+				entered.Store(true)
+				return nil
+			})
+		}()
+		select {
+		case <-sc.waiting:
+		case <-time.After(5 * time.Second):
+			t.Error("the nested call never derived its context")
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("outer call: %v", err)
+	}
+	close(gate)
+	nerr := <-nested
+	t.Logf("nested call: entered=%v err=%v", entered.Load(), nerr)
+	if entered.Load() {
+		t.Fatalf("the nested function was entered after the enclosing call had returned (Do = %v)", nerr)
+	}
+	if nerr == nil {
+		t.Fatal("the nested call returned nil without running its function")
+	}
+	// The enclosing call kept the lease, untouched.
+	if err := c.Do(ctx, key, s, func(context.Context) error { return nil }); err != nil {
+		t.Fatalf("next call on the kept lease: %v", err)
+	}
+}
+
+// As above without Keep: the enclosing call releases the lease and another
+// Client takes it before the held-up nested call goes on. The nested
+// function must not run while the other Client holds the key. (Failed on
+// a606aab: it ran, under the other Client's lease.)
+func TestAdversary29a_NestedHeldUpWhileAnotherClientHolds(t *testing.T) {
+	c, _ := sharedClient(t)
+	b, _ := sharedClient(t)
+	key := uniqueKey(t)
+	ctx := context.Background()
+	s := lease.Spec{TTL: 5 * time.Second, Deadline: 5 * time.Second}
+	ns := lease.Spec{TTL: 5 * time.Second, Deadline: time.Second, MinValidity: time.Millisecond}
+	var entered atomic.Bool
+	nested := make(chan error, 1)
+	gate := make(chan struct{})
+	err := c.Do(ctx, key, s, func(fctx context.Context) error {
+		sc := &slowDoneCtx{Context: fctx, waiting: make(chan struct{}), gate: gate}
+		go func() {
+			nested <- c.Do(sc, key, ns, func(context.Context) error {
+				entered.Store(true)
+				return nil
+			})
+		}()
+		select {
+		case <-sc.waiting:
+		case <-time.After(5 * time.Second):
+			t.Error("the nested call never derived its context")
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("outer call: %v", err)
+	}
+	release := make(chan struct{})
+	held := hold(t, b, key, s, release)
+	close(gate)
+	nerr := <-nested
+	close(release)
+	if herr := <-held; herr != nil {
+		t.Errorf("other client: %v", herr)
+	}
+	t.Logf("nested call: entered=%v err=%v", entered.Load(), nerr)
+	if entered.Load() {
+		t.Fatalf("the nested function ran while another Client held the key (Do = %v)", nerr)
+	}
+	if nerr == nil {
+		t.Fatal("the nested call returned nil without running its function")
+	}
+}
