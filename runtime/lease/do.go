@@ -69,7 +69,12 @@ func (c *Client) Do(ctx context.Context, key string, spec Spec, fn func(ctx cont
 	}
 	if r := c.held(ctx, key); r != nil && r.reusable() {
 		reentered = true
-		return finish(a.reenter(ctx, r, fn))
+		if err := a.reenter(ctx, r, fn); err != errNotReusable {
+			return finish(err)
+		}
+		// The enclosing call returned (or its lease ended) while this one
+		// was getting ready: no reuse, as if it had not been reusable.
+		reentered, a.token = false, 0
 	}
 	if c.closed.Load() {
 		return finish(fmt.Errorf("%w: key %q", ErrClosed, key))
@@ -238,6 +243,11 @@ func (r *leaseRef) reusable() bool {
 	return r.a.inFn.Load() && r.l.cur.Load() == r.a && !r.l.isLost() && time.Now().Before(r.l.valid())
 }
 
+// errNotReusable is reenter's answer when the enclosing call stopped
+// being reusable before fn was entered: Do then goes on as for a lease
+// that was not reusable.
+var errNotReusable = errors.New("lease: the enclosing lease is no longer reusable")
+
 // errEnded is the cause when the call holding a lease returns while a
 // nested call reusing the lease (from a goroutine it started) still runs:
 // the lease is released under it.
@@ -257,9 +267,6 @@ func (a *call) reenter(ctx context.Context, r *leaseRef, fn func(context.Context
 		a.observe(Event{Kind: EventLowValidity, Err: err})
 		return err
 	}
-	if a.spec.HoldMin > 0 {
-		l.holdTo(a.start.Add(a.spec.HoldMin))
-	}
 	// ctx may not be cancelled when l ends (a goroutine's context derived
 	// with context.WithoutCancel): follow l's own context.
 	ictx, cancel := context.WithCancelCause(ctx)
@@ -271,6 +278,15 @@ func (a *call) reenter(ctx context.Context, r *leaseRef, fn func(context.Context
 		cancelDeadline()
 		cancel(nil)
 	}()
+	// Looked at again as the last thing before fn: the enclosing call
+	// (in another goroutine) may have returned meanwhile, and released
+	// the lease or kept it for the next call.
+	if !r.reusable() {
+		return errNotReusable
+	}
+	if a.spec.HoldMin > 0 {
+		l.holdTo(a.start.Add(a.spec.HoldMin))
+	}
 
 	err := fn(fctx)
 
