@@ -420,3 +420,49 @@ func TestAdversary29a_NestedHeldUpWhileAnotherClientHolds(t *testing.T) {
 		t.Fatal("the nested call returned nil without running its function")
 	}
 }
+
+// A nested call checks its MinValidity against the enclosing lease, then
+// is held up (deriving its contexts) while the enclosing lease's renewals
+// get no reply and its validity runs down below that MinValidity. It must
+// not enter with less than its MinValidity left. (Failed on a606aab and b2a73b0: the
+// MinValidity check came before the contexts; the last look only asked
+// whether the lease was still valid at all.)
+func TestAdversary29a_NestedHeldUpBelowMinValidity(t *testing.T) {
+	p := leasetest.StartProxy(t, shared.Addr())
+	rdb := redis.NewClient(&redis.Options{Addr: p.Addr(), ContextTimeoutEnabled: true})
+	t.Cleanup(func() { rdb.Close() })
+	c, _ := newClient(t, rdb)
+	key := uniqueKey(t)
+	s := lease.Spec{TTL: time.Second, Deadline: 3 * time.Second, MinValidity: 100 * time.Millisecond}
+	ns := lease.Spec{TTL: time.Second, Deadline: 2 * time.Second, MinValidity: 600 * time.Millisecond}
+	var entered atomic.Bool
+	var left time.Duration
+	var nerr error
+	err := c.Do(context.Background(), key, s, func(fctx context.Context) error {
+		p.Set(leasetest.Blackhole) // no renewal is confirmed from now on
+		l, _ := lease.FromContext(fctx)
+		gate := make(chan struct{})
+		sc := &slowDoneCtx{Context: fctx, waiting: make(chan struct{}), gate: gate}
+		nested := make(chan error, 1)
+		go func() {
+			nested <- c.Do(sc, key, ns, func(context.Context) error {
+				entered.Store(true)
+				left = l.Remaining()
+				return nil
+			})
+		}()
+		<-sc.waiting
+		if !waitFor(2*time.Second, func() bool { return l.Remaining() < 400*time.Millisecond }) {
+			t.Error("the enclosing lease's validity did not run down")
+		}
+		close(gate)
+		nerr = <-nested
+		return nil
+	})
+	p.Set(leasetest.Pass)
+	t.Logf("outer: %v; nested: entered=%v with %v left, err=%v", err, entered.Load(), left, nerr)
+	if entered.Load() {
+		t.Fatalf("the nested call entered with %v of the enclosing lease left, below its MinValidity %v", left, ns.MinValidity)
+	}
+	mustIs(t, nerr, lease.ErrLowValidity)
+}
