@@ -262,11 +262,6 @@ func (a *call) reenter(ctx context.Context, r *leaseRef, fn func(context.Context
 	if a.spec.Fence && !l.fenced {
 		return fmt.Errorf("lease: key %q: Spec.Fence is set, but this nested call reuses the enclosing lease on the same key, which was granted without fencing: fence the outer call", a.key)
 	}
-	if left := l.Remaining(); left < a.spec.MinValidity {
-		err := fmt.Errorf("%w: key %q: the enclosing lease has %v left, the nested call needs %v", ErrLowValidity, a.key, left.Round(time.Millisecond), a.spec.MinValidity)
-		a.observe(Event{Kind: EventLowValidity, Err: err})
-		return err
-	}
 	// ctx may not be cancelled when l ends (a goroutine's context derived
 	// with context.WithoutCancel): follow l's own context.
 	ictx, cancel := context.WithCancelCause(ctx)
@@ -278,11 +273,17 @@ func (a *call) reenter(ctx context.Context, r *leaseRef, fn func(context.Context
 		cancelDeadline()
 		cancel(nil)
 	}()
-	// Looked at again as the last thing before fn: the enclosing call
-	// (in another goroutine) may have returned meanwhile, and released
-	// the lease or kept it for the next call.
+	// Looked at as the last thing before fn (deriving the contexts may
+	// have taken a while): the enclosing call (in another goroutine) may
+	// have returned meanwhile, and released the lease or kept it for the
+	// next call, and its validity may have run down.
 	if !r.reusable() {
 		return errNotReusable
+	}
+	if left := l.Remaining(); left < a.spec.MinValidity {
+		err := fmt.Errorf("%w: key %q: the enclosing lease has %v left, the nested call needs %v", ErrLowValidity, a.key, left.Round(time.Millisecond), a.spec.MinValidity)
+		a.observe(Event{Kind: EventLowValidity, Err: err})
+		return err
 	}
 	if a.spec.HoldMin > 0 {
 		l.holdTo(a.start.Add(a.spec.HoldMin))
