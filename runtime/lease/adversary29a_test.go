@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/redis/go-redis/v9"
+	"go.uber.org/goleak"
 	"time"
 
 	"github.com/leasegen/leasegen/runtime/lease"
@@ -138,7 +139,7 @@ func TestAdversary29a_KeptVsWaitersUnderReplyFaultsAndPauses(t *testing.T) {
 	var mu sync.Mutex
 	var calls []adv29aCall
 	var nestedBad []string
-	stop := time.Now().Add(3 * time.Second)
+	stop := time.Now().Add(1400 * time.Millisecond)
 	var wg sync.WaitGroup
 	run := func(who string, c *lease.Client, s lease.Spec, nested bool) {
 		defer wg.Done()
@@ -465,4 +466,73 @@ func TestAdversary29a_NestedHeldUpBelowMinValidity(t *testing.T) {
 		t.Fatalf("the nested call entered with %v of the enclosing lease left, below its MinValidity %v", left, ns.MinValidity)
 	}
 	mustIs(t, nerr, lease.ErrLowValidity)
+}
+
+// Kept leases, nested calls (a held-up one that falls back to acquiring
+// afresh with a detached context), a waiter of another Client taking a
+// kept lease, and Close with a lease kept: once both Clients are closed,
+// no goroutine is left.
+func TestAdversary29a_KeepNestedCloseNoLeak(t *testing.T) {
+	srv := leasetest.StartRedis(t)
+	ignore := goleak.IgnoreCurrent()
+	adb := redis.NewClient(&redis.Options{Addr: srv.Addr(), ContextTimeoutEnabled: true})
+	bdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), ContextTimeoutEnabled: true})
+	a, err := lease.New(adb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := lease.New(bdb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	s := lease.Spec{TTL: 2 * time.Second, Deadline: 2 * time.Second, Wait: time.Second, Keep: 5 * time.Second}
+	ns := lease.Spec{TTL: 2 * time.Second, Deadline: time.Second, MinValidity: time.Millisecond}
+	gate := make(chan struct{})
+	nested := make(chan error, 1)
+	var fallbackEntered atomic.Bool
+	if err := a.Do(ctx, "k1", s, func(fctx context.Context) error {
+		if err := a.Do(fctx, "k1", ns, func(context.Context) error { return nil }); err != nil {
+			t.Errorf("nested: %v", err)
+		}
+		sc := &slowDoneCtx{Context: context.WithoutCancel(fctx), waiting: make(chan struct{}), gate: gate}
+		go func() {
+			nested <- a.Do(sc, "k1", ns, func(context.Context) error {
+				fallbackEntered.Store(true)
+				return nil
+			})
+		}()
+		<-sc.waiting
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	close(gate)
+	if err := <-nested; err != nil {
+		t.Errorf("held-up nested call (a new call on the kept lease): %v", err)
+	}
+	if !fallbackEntered.Load() {
+		t.Error("the held-up nested call with a detached context did not run as a new call")
+	}
+	// B waits: A releases its kept lease to it.
+	bIn := false
+	if err := b.Do(ctx, "k1", lease.Spec{TTL: 2 * time.Second, Deadline: 3 * time.Second, Wait: 2 * time.Second}, func(context.Context) error {
+		bIn = true
+		return nil
+	}); err != nil || !bIn {
+		t.Errorf("B: entered=%v err=%v", bIn, err)
+	}
+	if err := a.Do(ctx, "k2", s, func(context.Context) error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	a.Close()
+	b.Close()
+	if n := srv.Client(t).Exists(ctx, lockKey("k1"), lockKey("k2")).Val(); n != 0 {
+		t.Errorf("%d lock keys left after Close", n)
+	}
+	adb.Close()
+	bdb.Close()
+	if err := goleak.Find(ignore); err != nil {
+		t.Errorf("goroutines left behind: %v", err)
+	}
 }
