@@ -536,3 +536,62 @@ func TestAdversary29a_KeepNestedCloseNoLeak(t *testing.T) {
 		t.Errorf("goroutines left behind: %v", err)
 	}
 }
+
+// A waiter of another Client asks for a kept lease ("w"); the keeping
+// Client forgets it and releases it on a goroutine of its own. Close,
+// called while that release is on its way (an instrumentation hook of the
+// user's client is slow), returns at once: Close's promise is that kept
+// leases not in use are released before it returns, so the user closes
+// the go-redis client next, the release then fails, and the waiter waits
+// for the TTL. (Failed on fcabb4a: B entered after 3.7s of a 4s TTL.)
+func TestAdversary29a_CloseWaitsForKeptReleaseToWaiter(t *testing.T) {
+	srv := leasetest.StartRedis(t)
+	adb := redis.NewClient(&redis.Options{Addr: srv.Addr(), ContextTimeoutEnabled: true})
+	t.Cleanup(func() { adb.Close() })
+	var armed atomic.Bool
+	inRelease := make(chan struct{}, 1)
+	adb.AddHook(adv10Hook{before: func(args []any) error {
+		if armed.Load() && adv10Script(args, "6") {
+			select {
+			case inRelease <- struct{}{}:
+			default:
+			}
+			time.Sleep(300 * time.Millisecond)
+		}
+		return nil
+	}})
+	a, err := lease.New(adb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := newClient(t, srv.Client(t))
+	key := uniqueKey(t)
+	ctx := context.Background()
+	const ttl = 4 * time.Second
+	if err := a.Do(ctx, key, lease.Spec{TTL: ttl, Deadline: 2 * time.Second, Keep: 20 * time.Second}, func(context.Context) error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(300 * time.Millisecond) // A hears the key's channel
+	armed.Store(true)
+	bDone := make(chan time.Duration, 1)
+	start := time.Now()
+	go func() {
+		err := b.Do(ctx, key, lease.Spec{TTL: ttl, Deadline: 8 * time.Second, Wait: 7 * time.Second}, func(context.Context) error { return nil })
+		if err != nil {
+			t.Errorf("B: %v", err)
+		}
+		bDone <- time.Since(start)
+	}()
+	select {
+	case <-inRelease:
+	case <-time.After(3 * time.Second):
+		t.Fatal("A did not release its kept lease to the waiter")
+	}
+	a.Close()
+	adb.Close() // as documented: close the go-redis client after the Client
+	waited := <-bDone
+	t.Logf("B entered after %v (TTL %v)", waited, ttl)
+	if waited > ttl/2 {
+		t.Fatalf("B waited %v for a kept lease released to it: Close returned before the release was sent, and the release failed once the go-redis client was closed", waited)
+	}
+}
