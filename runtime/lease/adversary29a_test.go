@@ -556,7 +556,7 @@ func TestAdversary29a_CloseWaitsForKeptReleaseToWaiter(t *testing.T) {
 			case inRelease <- struct{}{}:
 			default:
 			}
-			time.Sleep(300 * time.Millisecond)
+			time.Sleep(100 * time.Millisecond) // within the release timeout (250ms)
 		}
 		return nil
 	}})
