@@ -595,3 +595,51 @@ func TestAdversary29a_CloseWaitsForKeptReleaseToWaiter(t *testing.T) {
 		t.Fatalf("B waited %v for a kept lease released to it: Close returned before the release was sent, and the release failed once the go-redis client was closed", waited)
 	}
 }
+
+// closeOnRelease closes its Client when a release is reported.
+type closeOnRelease struct {
+	c      atomic.Pointer[lease.Client]
+	closed chan struct{}
+	once   sync.Once
+}
+
+func (o *closeOnRelease) Observe(e lease.Event) {
+	if e.Kind == lease.EventReleased {
+		if c := o.c.Load(); c != nil {
+			c.Close()
+			o.once.Do(func() { close(o.closed) })
+		}
+	}
+}
+
+// An Observer may call Close: one that does so when a kept lease is
+// released to a waiter (on the release's own goroutine, which Close now
+// waits for) must not hang.
+func TestAdversary29a_CloseFromObserverOfKeptRelease(t *testing.T) {
+	obs := &closeOnRelease{closed: make(chan struct{})}
+	a, err := lease.New(shared.Client(t), lease.WithObserver(obs))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { a.Close() })
+	b, _ := sharedClient(t)
+	key := uniqueKey(t)
+	ctx := context.Background()
+	if err := a.Do(ctx, key, lease.Spec{TTL: 3 * time.Second, Deadline: 2 * time.Second, Keep: 20 * time.Second}, func(context.Context) error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	obs.c.Store(a)
+	time.Sleep(200 * time.Millisecond) // A hears the key's channel
+	start := time.Now()
+	if err := b.Do(ctx, key, lease.Spec{TTL: 3 * time.Second, Deadline: 4 * time.Second, Wait: 3 * time.Second}, func(context.Context) error { return nil }); err != nil {
+		t.Fatalf("B: %v", err)
+	}
+	select {
+	case <-obs.closed:
+	case <-time.After(2 * time.Second):
+		t.Fatal("Close called from the Observer of the kept release did not return")
+	}
+	if took := time.Since(start); took > time.Second {
+		t.Fatalf("B waited %v for a kept lease released to it", took)
+	}
+}
