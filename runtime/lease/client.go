@@ -41,6 +41,10 @@ type Client struct {
 	keptMu        sync.Mutex
 	kept          map[string]*kept  // user key -> a lease kept between calls (Spec.Keep)
 	keptByChannel map[string]string // release channel -> user key of a kept lease
+	// keptReleases counts releases of forgotten kept leases on goroutines
+	// of their own (a waiter asked, the keep ran out, a loss): Close waits
+	// for them to be sent, as for the kept leases it releases itself.
+	keptReleases sync.WaitGroup
 }
 
 // Option configures a Client.

@@ -69,7 +69,12 @@ func (c *Client) Do(ctx context.Context, key string, spec Spec, fn func(ctx cont
 	}
 	if r := c.held(ctx, key); r != nil && r.reusable() {
 		reentered = true
-		return finish(a.reenter(ctx, r, fn))
+		if err := a.reenter(ctx, r, fn); err != errNotReusable {
+			return finish(err)
+		}
+		// The enclosing call returned (or its lease ended) while this one
+		// was getting ready: no reuse, as if it had not been reusable.
+		reentered, a.token = false, 0
 	}
 	if c.closed.Load() {
 		return finish(fmt.Errorf("%w: key %q", ErrClosed, key))
@@ -239,6 +244,11 @@ func (r *leaseRef) reusable() bool {
 	return r.a.inFn.Load() && r.l.cur.Load() == r.a && !r.l.isLost() && time.Now().Before(r.l.valid())
 }
 
+// errNotReusable is reenter's answer when the enclosing call stopped
+// being reusable before fn was entered: Do then goes on as for a lease
+// that was not reusable.
+var errNotReusable = errors.New("lease: the enclosing lease is no longer reusable")
+
 // errEnded is the cause when the call holding a lease returns while a
 // nested call reusing the lease (from a goroutine it started) still runs:
 // the lease is released under it.
@@ -253,14 +263,6 @@ func (a *call) reenter(ctx context.Context, r *leaseRef, fn func(context.Context
 	if a.spec.Fence && !l.fenced {
 		return fmt.Errorf("lease: key %q: Spec.Fence is set, but this nested call reuses the enclosing lease on the same key, which was granted without fencing: fence the outer call", a.key)
 	}
-	if left := l.Remaining(); left < a.spec.MinValidity {
-		err := fmt.Errorf("%w: key %q: the enclosing lease has %v left, the nested call needs %v", ErrLowValidity, a.key, left.Round(time.Millisecond), a.spec.MinValidity)
-		a.observe(Event{Kind: EventLowValidity, Err: err})
-		return err
-	}
-	if a.spec.HoldMin > 0 {
-		l.holdTo(a.start.Add(a.spec.HoldMin))
-	}
 	// ctx may not be cancelled when l ends (a goroutine's context derived
 	// with context.WithoutCancel): follow l's own context.
 	ictx, cancel := context.WithCancelCause(ctx)
@@ -272,6 +274,21 @@ func (a *call) reenter(ctx context.Context, r *leaseRef, fn func(context.Context
 		cancelDeadline()
 		cancel(nil)
 	}()
+	// Looked at as the last thing before fn (deriving the contexts may
+	// have taken a while): the enclosing call (in another goroutine) may
+	// have returned meanwhile, and released the lease or kept it for the
+	// next call, and its validity may have run down.
+	if !r.reusable() {
+		return errNotReusable
+	}
+	if left := l.Remaining(); left < a.spec.MinValidity {
+		err := fmt.Errorf("%w: key %q: the enclosing lease has %v left, the nested call needs %v", ErrLowValidity, a.key, left.Round(time.Millisecond), a.spec.MinValidity)
+		a.observe(Event{Kind: EventLowValidity, Err: err})
+		return err
+	}
+	if a.spec.HoldMin > 0 {
+		l.holdTo(a.start.Add(a.spec.HoldMin))
+	}
 
 	err := fn(fctx)
 

@@ -71,9 +71,16 @@ func (c *Client) keep(l *Lease, a *call) bool {
 		case keptLost, keptWanted:
 			return false // run releases (a handoff) and reports the loss
 		}
+		// Registered as a keeper of the channel before the lease can be
+		// found kept: whatever forgets it (its keep ending, a loss, an
+		// unsuitable call) unregisters after this, never before (a -1
+		// that came first would be dropped, and this +1 would leave the
+		// channel subscribed for good).
+		c.hub.keeper(l.a.k.channel, +1)
 		c.keptMu.Lock()
 		if c.closed.Load() || c.kept[l.key] != nil {
 			c.keptMu.Unlock()
+			c.hub.keeper(l.a.k.channel, -1)
 			return false
 		}
 		e = &kept{l: l}
@@ -89,9 +96,8 @@ func (c *Client) keep(l *Lease, a *call) bool {
 	l.w.extend(time.Now().Add(a.spec.Keep))
 	if first {
 		// Hear of waiters and of releases from outside from now on (their
-		// messages on the key's channel), and look once more for what came
-		// before the subscription took effect.
-		c.hub.keeper(l.a.k.channel, +1)
+		// messages on the key's channel, registered above), and look once
+		// more for what came before the subscription took effect.
 		go c.checkKept(l.a.k.channel)
 	}
 	return true
@@ -114,7 +120,7 @@ func (c *Client) takeKept(key string, spec Spec, deadline time.Time) *Lease {
 		c.forgetLocked(e)
 		c.keptMu.Unlock()
 		c.hub.keeper(l.a.k.channel, -1)
-		c.releaseKept(l, deadline)
+		c.releaseKept(l, deadline, nil)
 		return nil
 	}
 	e.inUse = true
@@ -136,7 +142,7 @@ func (c *Client) takeKept(key string, spec Spec, deadline time.Time) *Lease {
 		}
 		// Wanted by a waiter, no answer, or no longer suitable.
 		c.unkeep(l)
-		c.releaseKept(l, deadline)
+		c.releaseKept(l, deadline, nil)
 		return nil
 	}
 	return l
@@ -174,9 +180,10 @@ func (c *Client) keepEnded(e *kept) {
 		return
 	}
 	c.forgetLocked(e)
+	c.keptReleases.Add(1) // under keptMu: before Close can look (see releaseAllKept)
 	c.keptMu.Unlock()
 	c.hub.keeper(e.l.a.k.channel, -1)
-	c.releaseKept(e.l, time.Time{})
+	c.releaseKept(e.l, time.Time{}, c.keptReleases.Done)
 }
 
 // wanted is told that a waiter in another process joined the queue of the
@@ -195,9 +202,10 @@ func (c *Client) wanted(channel string) {
 		return
 	}
 	c.forgetLocked(e)
+	c.keptReleases.Add(1)
 	c.keptMu.Unlock()
 	c.hub.keeper(e.l.a.k.channel, -1)
-	go c.releaseKept(e.l, time.Time{}) // not on the hub's reader goroutine: it does I/O
+	go c.releaseKept(e.l, time.Time{}, c.keptReleases.Done) // not on the hub's reader goroutine: it does I/O
 }
 
 // keptNotice is told of a message on channel naming who now holds its key
@@ -325,16 +333,22 @@ func (c *Client) dropKept(l *Lease) {
 	}
 	inUse := e.inUse
 	c.forgetLocked(e)
+	if !inUse {
+		c.keptReleases.Add(1)
+	}
 	c.keptMu.Unlock()
 	c.hub.keeper(l.a.k.channel, -1)
 	if !inUse {
-		go c.releaseKept(l, time.Time{})
+		go c.releaseKept(l, time.Time{}, c.keptReleases.Done)
 	}
 }
 
 // releaseAllKept releases every kept lease not in use (Close), together,
 // and returns when they are released (each bounded by the release
-// timeout); those in use are released when their calls return.
+// timeout), and when the releases already under way on goroutines of their
+// own have been sent; those in use are released when their calls return.
+// (Once Close has looked, no lease is kept that is not in use, so nothing
+// is added to keptReleases while it waits.)
 func (c *Client) releaseAllKept() {
 	c.keptMu.Lock()
 	var free []*Lease
@@ -351,16 +365,19 @@ func (c *Client) releaseAllKept() {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			c.releaseKept(l, time.Time{})
+			c.releaseKept(l, time.Time{}, nil)
 		}()
 	}
 	wg.Wait()
+	c.keptReleases.Wait()
 }
 
 // releaseKept releases a lease no call is using: stops its renewals and
 // sends the release, bounded by the release timeout (and by deadline, when
-// set: the budget of the call that found the lease unsuitable).
-func (c *Client) releaseKept(l *Lease, deadline time.Time) {
+// set: the budget of the call that found the lease unsuitable). sent, if
+// not nil, is called once the release has been answered or has failed,
+// before any Observer is (an Observer may call Close, which waits for it).
+func (c *Client) releaseKept(l *Lease, deadline time.Time, sent func()) {
 	l.w.stop()
 	last := l.cur.Load()
 	dl := time.Now().Add(c.releaseTimeout)
@@ -377,6 +394,9 @@ func (c *Client) releaseKept(l *Lease, deadline time.Time) {
 	res, err := c.releaseWith(ctx, nil, &a.k, &a.tomb, &a.id, nil, hold, "1")
 	l.ended.Store(true)
 	took := time.Since(start)
+	if sent != nil {
+		sent()
+	}
 	switch {
 	case err != nil:
 		class := ErrUnknown

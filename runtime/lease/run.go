@@ -104,6 +104,15 @@ func (a *call) run(ctx context.Context, l *Lease, fn func(context.Context) error
 	// stopped process, a slow Observer): look again as the last thing
 	// before fn, so that no call starts its work on a lease that is about
 	// to expire, or has, and may be someone else's by now.
+	// A kept lease may also have been found lost meanwhile (a renewal
+	// refused, a notice checked): the loss does not move the validity
+	// clock, so it is looked at too.
+	if l.isLost() {
+		err = fmt.Errorf("%w: key %q: the kept lease was lost before the function was entered (%v)", ErrLowValidity, a.key, l.Err())
+		a.observe(Event{Kind: EventLowValidity, Err: err})
+		returned = true
+		return err
+	}
 	if left := time.Until(l.valid()); left < a.spec.MinValidity {
 		err = fmt.Errorf("%w: key %q: %v left when the function was to be entered, need %v", ErrLowValidity, a.key, max(left, 0).Round(time.Millisecond), a.spec.MinValidity)
 		a.observe(Event{Kind: EventLowValidity, Err: err})
