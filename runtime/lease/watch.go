@@ -240,9 +240,10 @@ func (w *changeWatch) how(ctx context.Context, old seenLease, now Info, note str
 		// Every release through the runtime leaves a tombstone that
 		// lives at least this long, and there is none.
 		return "expired"
-	case old.info.TTL > 0 && at.Before(old.at.Add(old.info.TTL)):
-		return "released" // before its TTL could have run out
 	}
+	// The tombstone may have run out: a release and a key lost before its
+	// TTL ran out (deleted by hand, a restart without persistence, a
+	// failover) look the same, so neither is claimed.
 	return "" // expired, or released unseen
 }
 
