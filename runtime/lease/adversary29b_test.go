@@ -81,3 +81,73 @@ func TestAdversary29b_WatchVanishedLeaseNotReleased(t *testing.T) {
 		t.Errorf("a lease deleted under its holder: Watch says How %q, which claims a release nobody made", how)
 	}
 }
+
+// Watch stamps what it read with the time it got round to it, not the
+// time it read it: a callback (or a long listing) in between makes a
+// release's tombstone look younger than it is. A lease released by its
+// holder right after the listing read it, while Watch's callback for
+// another lease was busy, is later found gone with no tombstone and less
+// than a second after the (late) stamp: Watch says "expired" for a
+// release by its holder.
+func TestAdversary29b_WatchSlowCallbackStampsLate(t *testing.T) {
+	prefix := fmt.Sprintf("adv29b-%s:", uniqueKey(t))
+	c, _ := sharedClient(t, lease.WithPrefix(prefix))
+	watcher, _ := sharedClient(t, lease.WithPrefix(prefix))
+	long := lease.Spec{TTL: 30 * time.Second, Deadline: time.Minute}
+	hs := map[string]*holding{"a": holdUntil(t, c, "a", long), "b": holdUntil(t, c, "b", long)}
+	var mu sync.Mutex
+	var changes []lease.Change
+	first := ""
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- watcher.Watch(ctx, "*", 700*time.Millisecond, func(ch lease.Change) {
+			mu.Lock()
+			changes = append(changes, ch)
+			slow := first == "" && ch.Kind == lease.ChangeHeld
+			if slow {
+				first = ch.Info.Key
+			}
+			mu.Unlock()
+			if slow {
+				// The other lease is released by its holder now, while
+				// this callback runs (a slow consumer, or a long listing).
+				other := "a"
+				if ch.Info.Key == "a" {
+					other = "b"
+				}
+				close(hs[other].release)
+				if err := <-hs[other].done; err != nil {
+					t.Errorf("release of %q: %v", other, err)
+				}
+				time.Sleep(900 * time.Millisecond)
+			}
+		})
+	}()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Watch: %v", err)
+		}
+	}()
+	var ended []lease.Change
+	if !waitFor(5*time.Second, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		ended = ended[:0]
+		for _, ch := range changes {
+			if ch.Kind == lease.ChangeEnded {
+				ended = append(ended, ch)
+			}
+		}
+		return len(ended) > 0
+	}) {
+		t.Fatal("the watch saw no end within 5s")
+	}
+	for _, ch := range ended {
+		t.Logf("%q ended, How %q", ch.Info.Key, ch.How)
+		if ch.How == "expired" || ch.How == "force-released" || ch.How == "hold ran out" {
+			t.Errorf("%q was released by its holder: Watch says How %q", ch.Info.Key, ch.How)
+		}
+	}
+}
