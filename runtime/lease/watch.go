@@ -115,6 +115,7 @@ func (c *Client) Watch(ctx context.Context, pattern string, every time.Duration,
 				continue // not watched; a new lease is found by the listing
 			}
 			w.notes[key] = m.Payload
+			read := time.Now()
 			info, err := c.Inspect(ctx, key)
 			if err != nil {
 				if ctx.Err() != nil {
@@ -122,7 +123,7 @@ func (c *Client) Watch(ctx context.Context, pattern string, every time.Duration,
 				}
 				return err
 			}
-			w.update(ctx, info)
+			w.update(ctx, info, read)
 		}
 	}
 }
@@ -146,7 +147,7 @@ func (c *Client) notePattern(pattern string) string {
 
 type seenLease struct {
 	info Info
-	at   time.Time // when info was read
+	at   time.Time // when the read of info was sent (no later)
 }
 
 type changeWatch struct {
@@ -162,6 +163,7 @@ type changeWatch struct {
 func (w *changeWatch) scan(ctx context.Context, pattern string, first bool) error {
 	listed := map[string]bool{}
 	for cursor := ""; ; {
+		read := time.Now() // the page's leases were read after this
 		page, next, err := w.c.List(ctx, pattern, cursor)
 		if err != nil {
 			return err
@@ -169,11 +171,11 @@ func (w *changeWatch) scan(ctx context.Context, pattern string, first bool) erro
 		for _, info := range page {
 			listed[info.Key] = true
 			if first {
-				w.seen[info.Key] = seenLease{info, time.Now()}
+				w.seen[info.Key] = seenLease{info, read}
 				w.fn(Change{Kind: ChangeHeld, At: time.Now(), Info: info})
 				continue
 			}
-			w.update(ctx, info)
+			w.update(ctx, info, read)
 		}
 		if cursor = next; cursor == "" {
 			break
@@ -183,23 +185,25 @@ func (w *changeWatch) scan(ctx context.Context, pattern string, first bool) erro
 		if listed[key] {
 			continue
 		}
+		read := time.Now()
 		info, err := w.c.Inspect(ctx, key)
 		if err != nil {
 			return err
 		}
-		w.update(ctx, info)
+		w.update(ctx, info, read)
 	}
 	return nil
 }
 
-// update reports the change from what was last seen of info.Key to info.
-func (w *changeWatch) update(ctx context.Context, info Info) {
+// update reports the change from what was last seen of info.Key to info,
+// read at read or later.
+func (w *changeWatch) update(ctx context.Context, info Info, read time.Time) {
 	now := time.Now()
 	old, had := w.seen[info.Key]
 	note := w.notes[info.Key]
 	delete(w.notes, info.Key)
 	if had && old.info.Holder != info.Holder {
-		how := w.how(ctx, old, info, note, now)
+		how := w.how(ctx, old, info, note)
 		w.fn(Change{Kind: ChangeEnded, At: now, Info: old.info, How: how})
 		had = false
 	}
@@ -212,16 +216,19 @@ func (w *changeWatch) update(ctx context.Context, info Info) {
 	case info.Hold && !old.info.Hold:
 		w.fn(Change{Kind: ChangeHoldStarted, At: now, Info: info})
 	}
-	w.seen[info.Key] = seenLease{info, now}
+	w.seen[info.Key] = seenLease{info, read}
 }
 
 // how tells how old's lease ended: from the identity's release tombstone
 // while it lasts, the notification, or the TTL last seen.
-func (w *changeWatch) how(ctx context.Context, old seenLease, now Info, note string, at time.Time) string {
+func (w *changeWatch) how(ctx context.Context, old seenLease, now Info, note string) string {
 	k := redisKeys(w.c.prefix, old.info.Key)
 	tctx, cancel := context.WithTimeout(ctx, time.Second)
 	tomb, err := w.c.rdb.Get(tctx, k.tomb+old.info.Holder).Result()
 	cancel()
+	// The lease ended after old was read (no earlier than old.at), and
+	// the tombstone was looked for before this.
+	at := time.Now()
 	if err != nil {
 		tomb = ""
 	}
