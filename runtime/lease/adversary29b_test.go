@@ -151,3 +151,51 @@ func TestAdversary29b_WatchSlowCallbackStampsLate(t *testing.T) {
 		}
 	}
 }
+
+// Close ends a Client's watches: WatchLeader's channel closes, and Watch
+// must return too (with an error wrapping ErrClosed, as Lead does), not
+// go on listing and subscribing through the go-redis client until its ctx
+// ends. A Watch started on a closed Client returns ErrClosed at once.
+func TestAdversary29b_CloseEndsWatch(t *testing.T) {
+	prefix := fmt.Sprintf("adv29b-%s:", uniqueKey(t))
+	c, err := lease.New(shared.Client(t), lease.WithPrefix(prefix))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- c.Watch(ctx, "*", 50*time.Millisecond, func(lease.Change) {}) }()
+	leaders := c.WatchLeader(ctx, "k")
+	<-leaders
+	time.Sleep(100 * time.Millisecond) // the watch is listing
+	c.Close()
+	select {
+	case _, ok := <-leaders:
+		if ok {
+			if _, ok := <-leaders; ok {
+				t.Error("WatchLeader's channel still open after Close")
+			}
+		}
+	case <-time.After(time.Second):
+		t.Error("WatchLeader's channel not closed within 1s of Close")
+	}
+	select {
+	case err := <-done:
+		mustIs(t, err, lease.ErrClosed)
+	case <-time.After(time.Second):
+		cancel()
+		<-done
+		t.Fatal("Watch still running 1s after Close")
+	}
+	werr := make(chan error, 1)
+	go func() { werr <- c.Watch(ctx, "*", 50*time.Millisecond, func(lease.Change) {}) }()
+	select {
+	case err := <-werr:
+		mustIs(t, err, lease.ErrClosed)
+	case <-time.After(time.Second):
+		cancel()
+		<-werr
+		t.Fatal("Watch on a closed Client still running after 1s")
+	}
+}
