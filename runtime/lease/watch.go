@@ -67,9 +67,25 @@ type Change struct {
 // and released within one interval may go unseen. Keyspace notifications
 // are not used: servers have them off by default, they cost every write,
 // and on a Cluster each node sends only its own.
+//
+// When the Client is closed, Watch returns an error wrapping ErrClosed.
 func (c *Client) Watch(ctx context.Context, pattern string, every time.Duration, fn func(Change)) error {
 	if every <= 0 {
 		return fmt.Errorf("lease: Watch: interval %v, need > 0", every)
+	}
+	// Close ends the watch as a cancelled ctx would, with ErrClosed.
+	parent := ctx
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	defer context.AfterFunc(ctxOf(c.hub.closing), cancel)()
+	ended := func() error { // the watch's ctx is done: why
+		if parent.Err() == nil {
+			return fmt.Errorf("%w: Watch of %q", ErrClosed, pattern)
+		}
+		return nil
+	}
+	if c.closed.Load() {
+		return ended()
 	}
 	// An ACL allows PSUBSCRIBE only of a channel pattern it names
 	// literally: with the precise pattern refused, all lease channels
@@ -83,7 +99,7 @@ func (c *Client) Watch(ctx context.Context, pattern string, every time.Duration,
 	}
 	if err != nil {
 		if ctx.Err() != nil {
-			return nil
+			return ended()
 		}
 		return fmt.Errorf("lease: watch: PSUBSCRIBE %s: %w (an ACL user needs the channel pattern &%s)", all, err, all)
 	}
@@ -92,7 +108,7 @@ func (c *Client) Watch(ctx context.Context, pattern string, every time.Duration,
 	w := &changeWatch{c: c, fn: fn, seen: map[string]seenLease{}, notes: map[string]string{}}
 	if err := w.scan(ctx, pattern, true); err != nil {
 		if ctx.Err() != nil {
-			return nil
+			return ended()
 		}
 		return err
 	}
@@ -101,9 +117,12 @@ func (c *Client) Watch(ctx context.Context, pattern string, every time.Duration,
 	for {
 		select {
 		case <-ctx.Done():
-			return nil
+			return ended()
 		case <-t.C:
-			if err := w.scan(ctx, pattern, false); err != nil && ctx.Err() == nil {
+			if err := w.scan(ctx, pattern, false); err != nil {
+				if ctx.Err() != nil {
+					return ended()
+				}
 				return err
 			}
 		case m, ok := <-msgs:
@@ -119,7 +138,7 @@ func (c *Client) Watch(ctx context.Context, pattern string, every time.Duration,
 			info, err := c.Inspect(ctx, key)
 			if err != nil {
 				if ctx.Err() != nil {
-					return nil
+					return ended()
 				}
 				return err
 			}
