@@ -1,8 +1,14 @@
 package lease_test
 
 import (
+	"errors"
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/goleak"
+	"math/rand/v2"
+
 	"context"
 	"fmt"
+	"github.com/leasegen/leasegen/runtime/leasetest"
 	"sync"
 	"testing"
 	"time"
@@ -197,5 +203,267 @@ func TestAdversary29b_CloseEndsWatch(t *testing.T) {
 		cancel()
 		<-werr
 		t.Fatal("Watch on a closed Client still running after 1s")
+	}
+}
+
+// adv29bTerms records running terms across in-process candidates: at the
+// instant a term starts, every other term's context must already be done
+// (a term's context is cancelled, ErrLost, before another can start),
+// whatever the fault.
+type adv29bTerms struct {
+	mu      sync.Mutex
+	running map[context.Context]string
+	started int
+	tokens  []lease.Token
+	errs    []string
+}
+
+func (r *adv29bTerms) enter(ctx context.Context, who string) func() {
+	tok, _ := lease.TokenFrom(ctx)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for other, name := range r.running {
+		if other.Err() == nil {
+			r.errs = append(r.errs, fmt.Sprintf("%s entered term %d while %s's term context was not yet cancelled", who, tok, name))
+		}
+	}
+	if n := len(r.tokens); n > 0 && tok <= r.tokens[n-1] {
+		r.errs = append(r.errs, fmt.Sprintf("%s's term token %d after %d", who, tok, r.tokens[n-1]))
+	}
+	r.tokens = append(r.tokens, tok)
+	r.running[ctx] = who
+	r.started++
+	return func() {
+		r.mu.Lock()
+		delete(r.running, ctx)
+		r.mu.Unlock()
+	}
+}
+
+// Under random faults on the leader's connection (replies blackholed,
+// cut, delayed past a renewal) and redis-server paused past the TTL, no
+// term starts before every earlier term's context is cancelled, and term
+// tokens strictly increase.
+func TestAdversary29b_StrictTermExclusionUnderFaults(t *testing.T) {
+	const ttl = 300 * time.Millisecond
+	srv := leasetest.StartRedis(t)
+	key := uniqueKey(t)
+	cands := newCandidates(t, srv, 3, lease.WithRecheck(50*time.Millisecond))
+	reg := &adv29bTerms{running: map[context.Context]string{}}
+	var cur sync.Map // name -> leading
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	for _, cd := range cands {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			err := cd.c.Lead(ctx, key, lease.LeadSpec{TTL: ttl, Owner: cd.name, Backoff: 20 * time.Millisecond}, func(fctx context.Context) error {
+				leave := reg.enter(fctx, cd.name)
+				defer leave()
+				cur.Store(cd.name, true)
+				defer cur.Delete(cd.name)
+				<-fctx.Done()
+				if cause := context.Cause(fctx); !errors.Is(cause, lease.ErrLost) && ctx.Err() == nil {
+					t.Errorf("%s's term ended with cause %v, want ErrLost", cd.name, cause)
+				}
+				return nil
+			})
+			if err != nil {
+				t.Errorf("%s: Lead = %v", cd.name, err)
+			}
+		}()
+	}
+	leader := func() *candidate {
+		for range 200 {
+			for _, cd := range cands {
+				if _, ok := cur.Load(cd.name); ok {
+					return cd
+				}
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		t.Fatal("no leader within 2s")
+		return nil
+	}
+	rng := rand.New(rand.NewPCG(29, uint64(time.Now().UnixNano())))
+	deadline := time.Now().Add(8 * time.Second)
+	for i := 0; time.Now().Before(deadline); i++ {
+		l := leader()
+		switch rng.IntN(5) {
+		case 0:
+			l.proxy.Set(leasetest.Blackhole)
+			time.Sleep(ttl + time.Duration(rng.IntN(300))*time.Millisecond)
+			l.proxy.Set(leasetest.Pass)
+		case 1:
+			l.proxy.Set(leasetest.CutNextReply)
+			time.Sleep(ttl)
+		case 2:
+			l.proxy.SetDelay(ttl/3 + time.Duration(rng.IntN(int(ttl/time.Millisecond)))*time.Millisecond)
+			l.proxy.Set(leasetest.Delay)
+			time.Sleep(2 * ttl)
+			l.proxy.Set(leasetest.Pass)
+		case 3:
+			srv.Pause()
+			time.Sleep(ttl + time.Duration(rng.IntN(200))*time.Millisecond)
+			srv.Resume()
+		case 4:
+			l.proxy.CloseConns()
+			time.Sleep(ttl / 2)
+		}
+		time.Sleep(time.Duration(rng.IntN(200)) * time.Millisecond)
+	}
+	cancel()
+	wg.Wait()
+	reg.mu.Lock()
+	defer reg.mu.Unlock()
+	t.Logf("%d terms", reg.started)
+	for _, e := range reg.errs {
+		t.Error(e)
+	}
+	if reg.started < 5 {
+		t.Errorf("%d terms, want at least 5", reg.started)
+	}
+}
+
+// A WatchLeader whose subscription is dead from the start (its new
+// connection's replies blackholed; the command connections work) still
+// reports a leader's graceful stop and the next leader within about a
+// re-check, and never reports a stale leader as current for longer.
+func TestAdversary29b_WatchLeaderDeadSubscription(t *testing.T) {
+	const recheck = 200 * time.Millisecond
+	srv := leasetest.StartRedis(t)
+	key := uniqueKey(t)
+	p := leasetest.StartProxy(t, srv.Addr())
+	wr := redis.NewClient(&redis.Options{Addr: p.Addr(), ContextTimeoutEnabled: true, PoolSize: 4, MinIdleConns: 4})
+	t.Cleanup(func() { wr.Close() })
+	wc, _ := newClient(t, wr, lease.WithRecheck(recheck))
+	// Warm the command connections, then blackhole every new one.
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Add(1)
+		go func() { defer wg.Done(); wr.Ping(context.Background()) }()
+	}
+	wg.Wait()
+	if _, err := wc.Leader(context.Background(), key); err != nil {
+		t.Fatal(err)
+	}
+	p.SetNew(leasetest.Blackhole)
+	c, _ := newClient(t, srv.Client(t))
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	ch := wc.WatchLeader(ctx, key)
+	if l := <-ch; l.Err != nil || l.Holder != "" {
+		t.Fatalf("first: %+v, want nobody", l)
+	}
+	term := adv26Lead(c, key, lease.LeadSpec{TTL: 10 * time.Second, Owner: "A"})
+	term.waitEntered(t)
+	startAt := time.Now()
+	select {
+	case l := <-ch:
+		if l.Owner != "A" {
+			t.Fatalf("got %+v, want A", l)
+		}
+		t.Logf("start seen after %v", time.Since(startAt))
+	case <-time.After(recheck + 300*time.Millisecond):
+		t.Fatal("the new leader not reported within a re-check")
+	}
+	stopAt := time.Now()
+	term.stop(t)
+	select {
+	case l := <-ch:
+		if l.Holder != "" || l.Err != nil {
+			t.Fatalf("got %+v after the stop, want nobody", l)
+		}
+		t.Logf("stop seen after %v", time.Since(stopAt))
+	case <-time.After(recheck + 300*time.Millisecond):
+		t.Fatal("the stop not reported within a re-check")
+	}
+}
+
+// Everything the election and watch APIs start ends once the Clients are
+// closed: Lead (leading and campaigning), Elect with OnNewLeader,
+// WatchLeader and Watch, with a leader's connection blackholed at the
+// time of Close. Close ends each within the release timeout, and no
+// goroutine is left.
+func TestAdversary29b_CloseLeavesNothingRunning(t *testing.T) {
+	srv := leasetest.StartRedis(t)
+	key := uniqueKey(t)
+	ignore := goleak.IgnoreCurrent()
+	type cl struct {
+		p   *leasetest.Proxy
+		rdb *redis.Client
+		c   *lease.Client
+	}
+	var cls []cl
+	for range 3 {
+		p, err := leasetest.NewProxy(srv.Addr())
+		if err != nil {
+			t.Fatal(err)
+		}
+		rdb := redis.NewClient(&redis.Options{Addr: p.Addr(), ContextTimeoutEnabled: true})
+		c, err := lease.New(rdb, lease.WithRecheck(100*time.Millisecond))
+		if err != nil {
+			t.Fatal(err)
+		}
+		cls = append(cls, cl{p, rdb, c})
+	}
+	ctx := context.Background()
+	spec := lease.LeadSpec{TTL: 2 * time.Second}
+	leading := make(chan string, 16)
+	results := make(chan error, 16)
+	for i, x := range cls[:2] {
+		s := spec
+		s.Owner = fmt.Sprint("lead-", i)
+		go func() {
+			results <- x.c.Lead(ctx, key, s, func(fctx context.Context) error {
+				leading <- s.Owner
+				<-fctx.Done()
+				return nil
+			})
+		}()
+	}
+	es := spec
+	es.Owner = "elect"
+	go func() {
+		results <- cls[2].c.Elect(ctx, key, es, lease.LeaderCallbacks{
+			OnStartedLeading: func(fctx context.Context) { leading <- "elect"; <-fctx.Done() },
+			OnNewLeader:      func(string) {},
+		})
+	}()
+	go func() { results <- cls[2].c.Watch(ctx, "*", 50*time.Millisecond, func(lease.Change) {}) }()
+	watches := []<-chan lease.Leader{cls[0].c.WatchLeader(ctx, key), cls[1].c.WatchLeader(ctx, key)}
+	first := <-leading
+	time.Sleep(200 * time.Millisecond)
+	for _, x := range cls {
+		x.p.Set(leasetest.Blackhole)
+	}
+	t.Logf("leader %s; closing every Client with its connection blackholed", first)
+	closedAt := time.Now()
+	for _, x := range cls {
+		x.c.Close()
+	}
+	for range 4 {
+		select {
+		case err := <-results:
+			if !errors.Is(err, lease.ErrClosed) {
+				t.Errorf("after Close: %v, want ErrClosed", err)
+			}
+		case <-time.After(2 * time.Second):
+			t.Fatal("a Lead, Elect or Watch still running 2s after Close")
+		}
+	}
+	if d := time.Since(closedAt); d > lease.DefaultReleaseTimeout+300*time.Millisecond {
+		t.Errorf("the calls ended %v after Close, want within the release timeout %v", d, lease.DefaultReleaseTimeout)
+	}
+	for _, ch := range watches {
+		for range ch {
+		}
+	}
+	for _, x := range cls {
+		x.rdb.Close()
+		x.p.Close()
+	}
+	if err := goleak.Find(ignore); err != nil {
+		t.Errorf("goroutines left behind: %v", err)
 	}
 }
