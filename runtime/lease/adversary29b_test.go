@@ -467,3 +467,100 @@ func TestAdversary29b_CloseLeavesNothingRunning(t *testing.T) {
 		t.Errorf("goroutines left behind: %v", err)
 	}
 }
+
+// Owners made of every byte the escaping touches, at the longest allowed
+// (200 bytes, 600 escaped): Leader, Inspect and WatchLeader report them
+// exactly, a graceful stop hands over to the other candidate at once (the
+// queue entry and the handover message carry the long identity), and
+// ForceRelease takes the identity Inspect shows.
+func TestAdversary29b_NastyOwners(t *testing.T) {
+	c1, _ := sharedClient(t, lease.WithRecheck(300*time.Millisecond))
+	c2, _ := sharedClient(t, lease.WithRecheck(300*time.Millisecond))
+	key := uniqueKey(t)
+	mk := func(fill string) string {
+		b := []byte("~a/b:c|d%e{f}g h\n\x00é,;=@#")
+		for len(b) < 200 {
+			b = append(b, fill...)
+		}
+		return string(b[:200])
+	}
+	o1, o2 := mk("%/"), mk(":|")
+	ctx := context.Background()
+	watch := c2.WatchLeader(ctx, key)
+	if l := <-watch; l.Holder != "" {
+		t.Fatalf("first: %+v", l)
+	}
+	t1 := adv26Lead(c1, key, lease.LeadSpec{TTL: 10 * time.Second, Owner: o1})
+	t1.waitEntered(t)
+	l, err := c2.Leader(ctx, key)
+	if err != nil || l.Owner != o1 {
+		t.Fatalf("Leader = %+v, %v; want owner %q", l, err, o1)
+	}
+	select {
+	case wl := <-watch:
+		if wl.Owner != o1 || wl.Holder != l.Holder {
+			t.Fatalf("WatchLeader: %+v", wl)
+		}
+	case <-time.After(6 * time.Second):
+		t.Fatal("WatchLeader did not report the leader")
+	}
+	t2 := adv26Lead(c2, key, lease.LeadSpec{TTL: 10 * time.Second, Owner: o2})
+	defer t2.stop(t)
+	if !waitFor(3*time.Second, func() bool { return len(inspect(t, c2, key).Waiters) == 1 }) {
+		t.Fatal("the second candidate never queued")
+	}
+	stopAt := time.Now()
+	t1.stop(t)
+	t2.waitEntered(t)
+	if d := time.Since(stopAt); d > time.Second {
+		t.Errorf("handover took %v, want at once", d)
+	}
+	info := inspect(t, c1, key)
+	if info.Owner != o2 {
+		t.Fatalf("Inspect owner %q, want %q", info.Owner, o2)
+	}
+	res, err := c1.ForceRelease(ctx, key, info.Holder)
+	if err != nil || res != lease.ForceReleased {
+		t.Fatalf("ForceRelease = %v, %v", res, err)
+	}
+}
+
+// WatchLeader on a lease whose key has no expiry (PTTL -1: written or
+// PERSISTed from outside, a state Inspect reports as TTL -1) or that is in
+// its last millisecond: Remaining is 0, and the watch must not turn that
+// into a re-read every millisecond (about a thousand scripts a second on
+// the server, for as long as the key stays), but look again within the
+// re-check interval like any other change.
+func TestAdversary29b_WatchLeaderNoExpiryNoSpin(t *testing.T) {
+	srv := leasetest.StartRedis(t)
+	rdb := srv.Client(t)
+	c, _ := newClient(t, srv.Client(t), lease.WithRecheck(200*time.Millisecond))
+	key := uniqueKey(t)
+	if err := rdb.Set(context.Background(), lockKey(key), fmt.Sprintf("%032x/pod-1:7", 9), 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	ch := c.WatchLeader(ctx, key)
+	if l := <-ch; l.Owner != "pod-1" || l.Term != 7 {
+		t.Fatalf("first: %+v", l)
+	}
+	before := serverCalls(t, rdb)
+	time.Sleep(time.Second)
+	after := serverCalls(t, rdb)
+	n := after["evalsha"] + after["eval"] - before["evalsha"] - before["eval"]
+	t.Logf("%d leader reads in 1s with a re-check of 200ms", n)
+	if n > 20 {
+		t.Errorf("%d leader reads in 1s, want about 5 (one a re-check)", n)
+	}
+	// The key gone: reported within a re-check.
+	rdb.Del(context.Background(), lockKey(key))
+	select {
+	case l := <-ch:
+		if l.Holder != "" || l.Err != nil {
+			t.Fatalf("after the delete: %+v", l)
+		}
+	case <-time.After(time.Second):
+		t.Fatal("the delete not reported within 1s")
+	}
+}
