@@ -379,8 +379,11 @@ func (c *Client) watchLeader(ctx context.Context, key string, ch chan Leader) {
 			}
 			last, reported = cur, true
 			validUntil = now.Add(cur.Remaining)
-			if cur.Holder != "" && validUntil.Before(next) {
-				next = validUntil.Add(time.Millisecond) // look when it would run out
+			// Look when it would run out; a Remaining of 0 (a key without
+			// expiry, or in its last millisecond) is looked at again
+			// within a re-check, not every millisecond.
+			if cur.Holder != "" && cur.Remaining > 0 && validUntil.Before(next) {
+				next = validUntil.Add(time.Millisecond)
 			}
 		}
 		timer.Reset(time.Until(next))
