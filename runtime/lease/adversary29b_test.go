@@ -558,3 +558,45 @@ func TestAdversary29b_WatchLeaderNoExpiryNoSpin(t *testing.T) {
 		t.Fatal("the delete not reported within 1s")
 	}
 }
+
+// "Close stops the Client: later calls return ErrClosed." The leader and
+// inspection calls too: a closed Client must not go on reading leases, and
+// above all must not force-release one (a write) on an operator's behalf.
+// WatchLeader on a closed Client reports ErrClosed and closes its channel.
+func TestAdversary29b_CallsAfterCloseReturnErrClosed(t *testing.T) {
+	c, err := lease.New(shared.Client(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	holder, _ := sharedClient(t)
+	key := uniqueKey(t)
+	h := holdUntil(t, holder, key, lease.Spec{TTL: 10 * time.Second, Deadline: time.Minute})
+	info := inspect(t, c, key)
+	c.Close()
+	ctx := context.Background()
+	_, err = c.Leader(ctx, key)
+	mustIs(t, err, lease.ErrClosed)
+	_, err = c.Inspect(ctx, key)
+	mustIs(t, err, lease.ErrClosed)
+	_, _, err = c.List(ctx, "*", "")
+	mustIs(t, err, lease.ErrClosed)
+	res, err := c.ForceRelease(ctx, key, info.Holder)
+	mustIs(t, err, lease.ErrClosed)
+	if res != 0 {
+		t.Errorf("ForceRelease on a closed Client = %v", res)
+	}
+	if now := inspect(t, holder, key); now.Holder != info.Holder {
+		t.Fatalf("the lease changed hands after a ForceRelease on a closed Client: %+v", now)
+	}
+	var got []lease.Leader
+	for l := range c.WatchLeader(ctx, key) {
+		got = append(got, l)
+	}
+	if len(got) != 1 || !errors.Is(got[0].Err, lease.ErrClosed) {
+		t.Errorf("WatchLeader on a closed Client reported %+v, want one Leader with Err wrapping ErrClosed", got)
+	}
+	close(h.release)
+	if err := <-h.done; err != nil {
+		t.Errorf("the holder's Do = %v", err)
+	}
+}
