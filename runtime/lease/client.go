@@ -187,7 +187,9 @@ func New(rdb redis.UniversalClient, opts ...Option) (*Client, error) {
 	return c, nil
 }
 
-// Close stops the Client: later calls return ErrClosed, calls waiting for a
+// Close stops the Client: later calls (Do, Lead, Leader, Inspect, List,
+// ForceRelease, Watch; WatchLeader reports it as Err) return ErrClosed,
+// Lead, Watch and WatchLeader end, calls waiting for a
 // lease return ErrClosed at once, and the shared subscription is closed.
 // Kept leases (Spec.Keep) not in use are released before Close returns
 // (each bounded by the release timeout). Calls already running their
