@@ -600,3 +600,84 @@ func TestAdversary29b_CallsAfterCloseReturnErrClosed(t *testing.T) {
 		t.Errorf("the holder's Do = %v", err)
 	}
 }
+
+// ForceRelease hands the lease to the waiting candidate (its message names
+// it), then says "x" on the key's channel. Watch keeps the last message per
+// key until it looks: when the next holder has released the lease by its
+// own release before Watch gets to the "x" (here Watch's callback for the
+// handover is slow), that "x" must not make Watch report the next holder's
+// own release as "force-released": its tombstone says released.
+func TestAdversary29b_WatchForceNoteNotPinnedOnNextHolder(t *testing.T) {
+	prefix := fmt.Sprintf("adv29b-%s:", uniqueKey(t))
+	a, _ := sharedClient(t, lease.WithPrefix(prefix))
+	b, _ := sharedClient(t, lease.WithPrefix(prefix))
+	watcher, _ := sharedClient(t, lease.WithPrefix(prefix))
+	const key = "k"
+	long := lease.Spec{TTL: 10 * time.Second, Deadline: time.Minute}
+	ha := holdUntil(t, a, key, long)
+	var mu sync.Mutex
+	var changes []lease.Change
+	ctx, cancel := context.WithCancel(context.Background())
+	wdone := make(chan error, 1)
+	go func() {
+		wdone <- watcher.Watch(ctx, key, 10*time.Second, func(ch lease.Change) {
+			mu.Lock()
+			changes = append(changes, ch)
+			mu.Unlock()
+			if ch.Kind == lease.ChangeGranted {
+				time.Sleep(200 * time.Millisecond) // a slow consumer
+			}
+		})
+	}()
+	defer func() {
+		cancel()
+		if err := <-wdone; err != nil {
+			t.Errorf("Watch: %v", err)
+		}
+	}()
+	time.Sleep(200 * time.Millisecond) // the watch's first listing
+	bdone := make(chan error, 1)
+	go func() {
+		bdone <- b.Do(context.Background(), key, lease.Spec{TTL: 10 * time.Second, Deadline: time.Minute, Wait: 30 * time.Second},
+			func(context.Context) error { time.Sleep(50 * time.Millisecond); return nil })
+	}()
+	if !waitFor(3*time.Second, func() bool { return len(inspect(t, a, key).Waiters) == 1 }) {
+		select {
+		case err := <-bdone:
+			t.Fatalf("the waiter never queued: %v", err)
+		default:
+		}
+		t.Fatalf("the waiter never queued: %+v", inspect(t, a, key))
+	}
+	info := inspect(t, a, key)
+	if res, err := a.ForceRelease(context.Background(), key, info.Holder); err != nil || res != lease.ForceReleased {
+		t.Fatalf("ForceRelease = %v, %v", res, err)
+	}
+	if err := <-bdone; err != nil {
+		t.Fatalf("the waiter's Do = %v", err)
+	}
+	close(ha.release) // A learns of the forced release at its release
+	var ended []lease.Change
+	if !waitFor(3*time.Second, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		ended = ended[:0]
+		for _, ch := range changes {
+			if ch.Kind == lease.ChangeEnded {
+				ended = append(ended, ch)
+			}
+		}
+		return len(ended) >= 2
+	}) {
+		t.Fatalf("the watch saw %d ends, want 2: %+v", len(ended), changes)
+	}
+	for i, ch := range ended {
+		t.Logf("end %d: holder %s How %q", i, ch.Info.Holder, ch.How)
+	}
+	if ended[0].Info.Holder != info.Holder || ended[0].How != "force-released" {
+		t.Errorf("first end: %s %q, want %s force-released", ended[0].Info.Holder, ended[0].How, info.Holder)
+	}
+	if ended[1].How != "released" {
+		t.Errorf("the waiter's own release: How %q, want released", ended[1].How)
+	}
+}
