@@ -251,15 +251,23 @@ func (w *changeWatch) how(ctx context.Context, old seenLease, now Info, note str
 	if err != nil {
 		tomb = ""
 	}
+	// The identity's tombstone first: the last message on the key's
+	// channel may be about an earlier holder (ForceRelease says "x" after
+	// its handover, and the next holder may have released by the time
+	// Watch reads it).
 	switch {
-	case tomb == "x" || note == "x" && !old.info.Hold:
+	case tomb == "x":
 		return "force-released"
-	case tomb == "e" || note == "x" && old.info.Hold:
+	case tomb == "e":
 		return "hold ended"
 	case note != "" && noteID(note) == now.Holder:
 		return "handed over"
 	case tomb == "1" || tomb == "l": // the holder's own release (a leader term's: "l")
 		return "released"
+	case note == "x" && !old.info.Hold && tomb == "":
+		return "force-released"
+	case note == "x" && old.info.Hold:
+		return "hold ended"
 	case tomb == "h" || old.info.Hold:
 		return "hold ran out"
 	case at.Sub(old.at) < minTombLife:
