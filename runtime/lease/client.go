@@ -207,7 +207,9 @@ func errNoDeadlines(client, options string) error {
 	return fmt.Errorf("lease: New: the %s has ReadTimeout or WriteTimeout -2 in its %s, which turns socket deadlines off, so that no context deadline can bound a read (a call could wait for a silent server forever); use -1 (no timeout of its own: the context's deadline still applies) or a positive timeout", client, options)
 }
 
-// Close stops the Client: later calls return ErrClosed, calls waiting for a
+// Close stops the Client: later calls (Do, Lead, Leader, Inspect, List,
+// ForceRelease, Watch; WatchLeader reports it as Err) return ErrClosed,
+// Lead, Watch and WatchLeader end, calls waiting for a
 // lease return ErrClosed at once, and the shared subscription is closed.
 // Kept leases (Spec.Keep) not in use are released before Close returns
 // (each bounded by the release timeout). Calls already running their

@@ -86,6 +86,9 @@ func (c *Client) Inspect(ctx context.Context, key string) (Info, error) {
 	if key == "" {
 		return Info{}, fmt.Errorf("%w: empty key", ErrBadKey)
 	}
+	if c.closed.Load() {
+		return Info{}, fmt.Errorf("%w: inspect key %q", ErrClosed, key)
+	}
 	k := redisKeys(c.prefix, key)
 	reply, err := inspectScript.Run(ctx, c.rdb, []string{k.lock, k.fence, k.queue, k.qexp}, maxWaiters).Slice()
 	if err != nil {
@@ -180,6 +183,9 @@ const ListPage = 100
 // leases read before it and next the cursor to go on from. Needs Redis 6.0
 // or later (SCAN ... TYPE).
 func (c *Client) List(ctx context.Context, pattern, cursor string) (page []Info, next string, err error) {
+	if c.closed.Load() {
+		return nil, "", fmt.Errorf("%w: list", ErrClosed)
+	}
 	nodes, err := c.scanNodes(ctx)
 	if err != nil {
 		return nil, "", fmt.Errorf("lease: list: %w", err)
@@ -441,6 +447,9 @@ func (c *Client) ForceRelease(ctx context.Context, key, identity string) (ForceR
 	}
 	if !isIdentity(identity) {
 		return 0, fmt.Errorf("lease: ForceRelease(%q, %q): not a holder's identity (32 hex digits, and /owner for a leader; see Info.Holder)", key, identity)
+	}
+	if c.closed.Load() {
+		return 0, fmt.Errorf("%w: force release of key %q", ErrClosed, key)
 	}
 	k := redisKeys(c.prefix, key)
 	fail := func(err error) (ForceResult, error) {

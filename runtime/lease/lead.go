@@ -273,6 +273,9 @@ func (c *Client) Leader(ctx context.Context, key string) (Leader, error) {
 	if key == "" {
 		return Leader{}, fmt.Errorf("%w: empty key", ErrBadKey)
 	}
+	if c.closed.Load() {
+		return Leader{}, fmt.Errorf("%w: reading the leader of key %q", ErrClosed, key)
+	}
 	return c.readLeader(ctx, redisKeys(c.prefix, key).lock, key)
 }
 
@@ -324,8 +327,13 @@ func (c *Client) readLeader(ctx context.Context, lock, key string) (Leader, erro
 // handover can be missed.
 func (c *Client) WatchLeader(ctx context.Context, key string) <-chan Leader {
 	ch := make(chan Leader, 1)
-	if key == "" {
+	switch {
+	case key == "":
 		ch <- Leader{Err: fmt.Errorf("%w: empty key", ErrBadKey)}
+		close(ch)
+		return ch
+	case c.closed.Load():
+		ch <- Leader{Err: fmt.Errorf("%w: watching the leader of key %q", ErrClosed, key)}
 		close(ch)
 		return ch
 	}
@@ -379,8 +387,11 @@ func (c *Client) watchLeader(ctx context.Context, key string, ch chan Leader) {
 			}
 			last, reported = cur, true
 			validUntil = now.Add(cur.Remaining)
-			if cur.Holder != "" && validUntil.Before(next) {
-				next = validUntil.Add(time.Millisecond) // look when it would run out
+			// Look when it would run out; a Remaining of 0 (a key without
+			// expiry, or in its last millisecond) is looked at again
+			// within a re-check, not every millisecond.
+			if cur.Holder != "" && cur.Remaining > 0 && validUntil.Before(next) {
+				next = validUntil.Add(time.Millisecond)
 			}
 		}
 		timer.Reset(time.Until(next))

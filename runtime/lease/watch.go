@@ -67,9 +67,25 @@ type Change struct {
 // and released within one interval may go unseen. Keyspace notifications
 // are not used: servers have them off by default, they cost every write,
 // and on a Cluster each node sends only its own.
+//
+// When the Client is closed, Watch returns an error wrapping ErrClosed.
 func (c *Client) Watch(ctx context.Context, pattern string, every time.Duration, fn func(Change)) error {
 	if every <= 0 {
 		return fmt.Errorf("lease: Watch: interval %v, need > 0", every)
+	}
+	// Close ends the watch as a cancelled ctx would, with ErrClosed.
+	parent := ctx
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	defer context.AfterFunc(ctxOf(c.hub.closing), cancel)()
+	ended := func() error { // the watch's ctx is done: why
+		if parent.Err() == nil {
+			return fmt.Errorf("%w: Watch of %q", ErrClosed, pattern)
+		}
+		return nil
+	}
+	if c.closed.Load() {
+		return ended()
 	}
 	// An ACL allows PSUBSCRIBE only of a channel pattern it names
 	// literally: with the precise pattern refused, all lease channels
@@ -83,7 +99,7 @@ func (c *Client) Watch(ctx context.Context, pattern string, every time.Duration,
 	}
 	if err != nil {
 		if ctx.Err() != nil {
-			return nil
+			return ended()
 		}
 		return fmt.Errorf("lease: watch: PSUBSCRIBE %s: %w (an ACL user needs the channel pattern &%s)", all, err, all)
 	}
@@ -92,7 +108,7 @@ func (c *Client) Watch(ctx context.Context, pattern string, every time.Duration,
 	w := &changeWatch{c: c, fn: fn, seen: map[string]seenLease{}, notes: map[string]string{}}
 	if err := w.scan(ctx, pattern, true); err != nil {
 		if ctx.Err() != nil {
-			return nil
+			return ended()
 		}
 		return err
 	}
@@ -101,9 +117,12 @@ func (c *Client) Watch(ctx context.Context, pattern string, every time.Duration,
 	for {
 		select {
 		case <-ctx.Done():
-			return nil
+			return ended()
 		case <-t.C:
-			if err := w.scan(ctx, pattern, false); err != nil && ctx.Err() == nil {
+			if err := w.scan(ctx, pattern, false); err != nil {
+				if ctx.Err() != nil {
+					return ended()
+				}
 				return err
 			}
 		case m, ok := <-msgs:
@@ -115,14 +134,15 @@ func (c *Client) Watch(ctx context.Context, pattern string, every time.Duration,
 				continue // not watched; a new lease is found by the listing
 			}
 			w.notes[key] = m.Payload
+			read := time.Now()
 			info, err := c.Inspect(ctx, key)
 			if err != nil {
 				if ctx.Err() != nil {
-					return nil
+					return ended()
 				}
 				return err
 			}
-			w.update(ctx, info)
+			w.update(ctx, info, read)
 		}
 	}
 }
@@ -146,7 +166,7 @@ func (c *Client) notePattern(pattern string) string {
 
 type seenLease struct {
 	info Info
-	at   time.Time // when info was read
+	at   time.Time // when the read of info was sent (no later)
 }
 
 type changeWatch struct {
@@ -162,6 +182,7 @@ type changeWatch struct {
 func (w *changeWatch) scan(ctx context.Context, pattern string, first bool) error {
 	listed := map[string]bool{}
 	for cursor := ""; ; {
+		read := time.Now() // the page's leases were read after this
 		page, next, err := w.c.List(ctx, pattern, cursor)
 		if err != nil {
 			return err
@@ -169,11 +190,11 @@ func (w *changeWatch) scan(ctx context.Context, pattern string, first bool) erro
 		for _, info := range page {
 			listed[info.Key] = true
 			if first {
-				w.seen[info.Key] = seenLease{info, time.Now()}
+				w.seen[info.Key] = seenLease{info, read}
 				w.fn(Change{Kind: ChangeHeld, At: time.Now(), Info: info})
 				continue
 			}
-			w.update(ctx, info)
+			w.update(ctx, info, read)
 		}
 		if cursor = next; cursor == "" {
 			break
@@ -183,23 +204,25 @@ func (w *changeWatch) scan(ctx context.Context, pattern string, first bool) erro
 		if listed[key] {
 			continue
 		}
+		read := time.Now()
 		info, err := w.c.Inspect(ctx, key)
 		if err != nil {
 			return err
 		}
-		w.update(ctx, info)
+		w.update(ctx, info, read)
 	}
 	return nil
 }
 
-// update reports the change from what was last seen of info.Key to info.
-func (w *changeWatch) update(ctx context.Context, info Info) {
+// update reports the change from what was last seen of info.Key to info,
+// read at read or later.
+func (w *changeWatch) update(ctx context.Context, info Info, read time.Time) {
 	now := time.Now()
 	old, had := w.seen[info.Key]
 	note := w.notes[info.Key]
 	delete(w.notes, info.Key)
 	if had && old.info.Holder != info.Holder {
-		how := w.how(ctx, old, info, note, now)
+		how := w.how(ctx, old, info, note)
 		w.fn(Change{Kind: ChangeEnded, At: now, Info: old.info, How: how})
 		had = false
 	}
@@ -212,37 +235,49 @@ func (w *changeWatch) update(ctx context.Context, info Info) {
 	case info.Hold && !old.info.Hold:
 		w.fn(Change{Kind: ChangeHoldStarted, At: now, Info: info})
 	}
-	w.seen[info.Key] = seenLease{info, now}
+	w.seen[info.Key] = seenLease{info, read}
 }
 
 // how tells how old's lease ended: from the identity's release tombstone
 // while it lasts, the notification, or the TTL last seen.
-func (w *changeWatch) how(ctx context.Context, old seenLease, now Info, note string, at time.Time) string {
+func (w *changeWatch) how(ctx context.Context, old seenLease, now Info, note string) string {
 	k := redisKeys(w.c.prefix, old.info.Key)
 	tctx, cancel := context.WithTimeout(ctx, time.Second)
 	tomb, err := w.c.rdb.Get(tctx, k.tomb+old.info.Holder).Result()
 	cancel()
+	// The lease ended after old was read (no earlier than old.at), and
+	// the tombstone was looked for before this.
+	at := time.Now()
 	if err != nil {
 		tomb = ""
 	}
+	// The identity's tombstone first: the last message on the key's
+	// channel may be about an earlier holder (ForceRelease says "x" after
+	// its handover, and the next holder may have released by the time
+	// Watch reads it).
 	switch {
-	case tomb == "x" || note == "x" && !old.info.Hold:
+	case tomb == "x":
 		return "force-released"
-	case tomb == "e" || note == "x" && old.info.Hold:
+	case tomb == "e":
 		return "hold ended"
 	case note != "" && noteID(note) == now.Holder:
 		return "handed over"
 	case tomb == "1" || tomb == "l": // the holder's own release (a leader term's: "l")
 		return "released"
+	case note == "x" && !old.info.Hold && tomb == "":
+		return "force-released"
+	case note == "x" && old.info.Hold:
+		return "hold ended"
 	case tomb == "h" || old.info.Hold:
 		return "hold ran out"
 	case at.Sub(old.at) < minTombLife:
 		// Every release through the runtime leaves a tombstone that
 		// lives at least this long, and there is none.
 		return "expired"
-	case old.info.TTL > 0 && at.Before(old.at.Add(old.info.TTL)):
-		return "released" // before its TTL could have run out
 	}
+	// The tombstone may have run out: a release and a key lost before its
+	// TTL ran out (deleted by hand, a restart without persistence, a
+	// failover) look the same, so neither is claimed.
 	return "" // expired, or released unseen
 }
 
