@@ -90,10 +90,15 @@ func (c *Client) keep(l *Lease, a *call) bool {
 	} else {
 		e.timer.Reset(a.spec.Keep)
 	}
+	// Renewed until the keep ends, before the lease can be taken (inUse
+	// false, under keptMu): a call that takes it sets its own end, which
+	// this must not overwrite afterwards (renewals would stop at the
+	// keep's end while that call's fn runs). extend takes the watcher's
+	// and the renewer's locks, never keptMu.
+	l.w.extend(time.Now().Add(a.spec.Keep))
 	e.inUse = false
 	l.kept.Store(true)
 	c.keptMu.Unlock()
-	l.w.extend(time.Now().Add(a.spec.Keep))
 	if first {
 		// Hear of waiters and of releases from outside from now on (their
 		// messages on the key's channel, registered above), and look once
