@@ -79,6 +79,11 @@ func WithPrefix(p string) Option {
 // WAIT on the connection that wrote it, for at most timeout) before the
 // function is entered. A grant acknowledged by fewer is released and the call
 // fails with an error wrapping ErrUnknown: after a failover it may be lost.
+// Renewals are acknowledged the same way (WAIT after them, bounded by the
+// renewal's own deadline): one that fewer replicas acknowledged is unknown
+// and does not extend the lease's validity, so that renewals a demoted
+// primary still accepts after a failover, which the new primary never sees,
+// cannot keep a holder in its function past the key's expiry there.
 func WithReplicas(n int, timeout time.Duration) Option {
 	return func(c *Client) error {
 		if n < 0 || timeout <= 0 {
@@ -211,7 +216,8 @@ func errNoDeadlines(client, options string) error {
 // ForceRelease, Watch; WatchLeader reports it as Err) return ErrClosed,
 // Lead, Watch and WatchLeader end, calls waiting for a
 // lease return ErrClosed at once, and the shared subscription is closed.
-// Kept leases (Spec.Keep) not in use are released before Close returns
+// Kept leases (Spec.Keep) not in use, and those whose release is already
+// under way, are released before Close returns
 // (each bounded by the release timeout). Calls already running their
 // function keep their leases (renewed) until they return and release them,
 // so close the go-redis client only after they have. Close waits for
