@@ -396,6 +396,10 @@ func (rn *renewer) renew(ctx context.Context, f *flight, batch []*renewal) {
 func (rn *renewer) send(ctx context.Context, batch []*renewal) ([]int64, []error) {
 	results := make([]int64, len(batch))
 	errs := make([]error, len(batch))
+	if rn.c.replicas > 0 {
+		rn.sendReplicated(ctx, batch, results, errs)
+		return results, errs
+	}
 	if _, cluster := rn.c.rdb.(*redis.ClusterClient); cluster {
 		rn.sendCluster(ctx, batch, results, errs)
 		return results, errs
@@ -454,6 +458,104 @@ func (rn *renewer) sendCluster(ctx context.Context, batch []*renewal, results []
 		}
 	}
 }
+
+// sendReplicated renews the batch with WithReplicas set: on each master,
+// in one pipeline on one connection, the renewals of the leases it holds
+// and then WAIT, so that a renewal counts only once the required replicas
+// have it, as a grant does. A renewal that a primary demoted by a failover
+// still accepted (its replicas now follow the new one) is then not
+// acknowledged, and does not extend the lease's validity: the key on the
+// new primary expires by the last acknowledged renewal, after that
+// validity ends, so the holder's context is cancelled before another
+// holder can be granted the key there.
+func (rn *renewer) sendReplicated(ctx context.Context, batch []*renewal, results []int64, errs []error) {
+	groups := map[redis.Pipeliner][]int{}
+	var order []redis.Pipeliner
+	cc, cluster := rn.c.rdb.(*redis.ClusterClient)
+	nodes := map[*redis.Client]redis.Pipeliner{}
+	var single redis.Pipeliner
+	for i, r := range batch {
+		var pipe redis.Pipeliner
+		if cluster {
+			node, err := cc.MasterForKey(ctx, r.a.k.lock)
+			if err != nil {
+				errs[i] = err
+				continue
+			}
+			if pipe = nodes[node]; pipe == nil {
+				pipe = node.Pipeline()
+				nodes[node] = pipe
+			}
+		} else {
+			if single == nil {
+				single = rn.c.rdb.Pipeline()
+			}
+			pipe = single
+		}
+		if groups[pipe] == nil {
+			order = append(order, pipe)
+		}
+		groups[pipe] = append(groups[pipe], i)
+	}
+	for _, pipe := range order {
+		rn.sendWaited(ctx, pipe, batch, groups[pipe], results, errs)
+	}
+}
+
+// sendWaited sends the renewals of batch[idx] on pipe, one script call
+// each (EVALSHA, then EVAL on NOSCRIPT), followed by WAIT. A renewal that
+// extended the key but was acknowledged by fewer replicas than required
+// gets an error (unknown: it may be lost in a failover) instead of its 1.
+func (rn *renewer) sendWaited(ctx context.Context, pipe redis.Pipeliner, batch []*renewal, idx []int, results []int64, errs []error) {
+	for _, eval := range []bool{false, true} {
+		cmds := make([]*redis.Cmd, 0, len(idx))
+		for _, i := range idx {
+			r := batch[i]
+			keys, args := []string{r.a.k.lock}, []any{r.a.id, ms(r.a.spec.TTL)}
+			if eval {
+				cmds = append(cmds, pipe.Eval(ctx, renewSrc, keys, args...))
+			} else {
+				cmds = append(cmds, pipe.EvalSha(ctx, renewScript.Hash(), keys, args...))
+			}
+		}
+		// Within the flight's deadline, so that too few replicas are
+		// answered as such rather than as a read that timed out (which
+		// also costs the connection).
+		timeout := rn.c.replicaTimeout
+		if dl, ok := ctx.Deadline(); ok {
+			timeout = min(timeout, time.Until(dl)-5*time.Millisecond)
+		}
+		wait := pipe.Do(ctx, "WAIT", rn.c.replicas, ms(timeout))
+		_, _ = pipe.Exec(ctx)
+		noscript := false
+		for k, i := range idx {
+			results[i], errs[i] = cmds[k].Int64()
+			if errs[i] != nil && redis.HasErrorPrefix(errs[i], "NOSCRIPT") {
+				noscript = true
+			}
+		}
+		if noscript && !eval {
+			continue // all again by EVAL: WAIT must follow the writes it confirms
+		}
+		acked, werr := wait.Int()
+		for _, i := range idx {
+			if errs[i] != nil || results[i] != 1 {
+				continue // an error, or a definite "not ours"
+			}
+			switch {
+			case werr != nil:
+				errs[i] = fmt.Errorf("WAIT for %d replicas after the renewal: %w", rn.c.replicas, werr)
+			case acked < rn.c.replicas:
+				errs[i] = fmt.Errorf("%w: renewal acknowledged by %d of %d replicas (it may be lost in a failover)", errUnreplicated, acked, rn.c.replicas)
+			}
+		}
+		return
+	}
+}
+
+// errUnreplicated marks a renewal that fewer replicas than WithReplicas
+// requires acknowledged: not a reply lost, but unknown all the same.
+var errUnreplicated = errors.New("lease: not acknowledged by the required replicas")
 
 func minTime(a, b time.Time) time.Time {
 	if b.Before(a) {
