@@ -1,0 +1,118 @@
+package lease_test
+
+import (
+	"context"
+	"errors"
+	"net"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/leasegen/leasegen/runtime/lease"
+)
+
+// holdStarter sets the lock to its hold-min form ("~" + identity:token)
+// just before the first EVALSHA goes out: the holder started a hold-min
+// between ForceRelease's read and its release.
+type holdStarter struct {
+	rdb  *redis.Client
+	lock string
+	val  atomic.Value
+	done atomic.Bool
+}
+
+func (h *holdStarter) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h *holdStarter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+func (h *holdStarter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if strings.EqualFold(cmd.Name(), "evalsha") && h.done.CompareAndSwap(false, true) {
+			if err := h.rdb.Set(ctx, h.lock, "~"+h.val.Load().(string), 5*time.Second).Err(); err != nil {
+				return err
+			}
+		}
+		return next(ctx, cmd)
+	}
+}
+
+// A holder that starts its hold-min between ForceRelease's read of the key
+// and its release: the hold is this identity's, so ForceRelease ends it
+// (ForceHoldEnded), instead of reporting another holder.
+func TestForceReleaseRacingHoldMin(t *testing.T) {
+	key := uniqueKey(t)
+	other := shared.Client(t)
+	id := "0123456789abcdef0123456789abcdef"
+	if err := other.Set(context.Background(), lockKey(key), id+":0", 5*time.Second).Err(); err != nil {
+		t.Fatal(err)
+	}
+	rdb := shared.Client(t)
+	h := &holdStarter{rdb: other, lock: lockKey(key)}
+	h.val.Store(id + ":0")
+	rdb.AddHook(h)
+	admin, _ := newClient(t, rdb)
+	res, err := admin.ForceRelease(context.Background(), key, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !h.done.Load() {
+		t.Fatal("the hold-min was not started in between")
+	}
+	if res != lease.ForceHoldEnded {
+		t.Errorf("ForceRelease = %v, want %v (the hold is the identity's own)", res, lease.ForceHoldEnded)
+	}
+	if n := other.Exists(context.Background(), lockKey(key)).Val(); n != 0 {
+		t.Errorf("key still held after ForceRelease ended the hold")
+	}
+}
+
+// readFailer fails every pipeline (ForceRelease's first read) as a dead
+// connection would, after the read was written: nothing else is sent.
+type readFailer struct{ evals atomic.Int32 }
+
+func (*readFailer) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (*readFailer) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		_ = next(ctx, cmds)
+		err := &net.OpError{Op: "read", Net: "tcp", Err: errors.New("connection reset by peer")}
+		for _, c := range cmds {
+			c.SetErr(err)
+		}
+		return err
+	}
+}
+func (r *readFailer) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if n := strings.ToLower(cmd.Name()); n == "evalsha" || n == "eval" {
+			r.evals.Add(1)
+		}
+		return next(ctx, cmd)
+	}
+}
+
+// ForceRelease whose first read of the key fails sends no release, so
+// nothing was released: refused, not unknown ("may have happened").
+func TestForceReleaseReadFailsIsRefused(t *testing.T) {
+	key := uniqueKey(t)
+	id := "0123456789abcdef0123456789abcdef"
+	if err := shared.Client(t).Set(context.Background(), lockKey(key), id+":0", 5*time.Second).Err(); err != nil {
+		t.Fatal(err)
+	}
+	rdb := shared.Client(t)
+	f := &readFailer{}
+	rdb.AddHook(f)
+	admin, _ := newClient(t, rdb)
+	_, err := admin.ForceRelease(context.Background(), key, id)
+	if f.evals.Load() != 0 {
+		t.Fatalf("a release was sent after the read failed")
+	}
+	if errors.Is(err, lease.ErrUnknown) || !errors.Is(err, lease.ErrRefused) {
+		t.Errorf("ForceRelease after a failed read: %v; want ErrRefused (no release was sent)", err)
+	}
+	if n := shared.Client(t).Exists(context.Background(), lockKey(key)).Val(); n != 1 {
+		t.Errorf("key gone")
+	}
+}
