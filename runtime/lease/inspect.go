@@ -465,7 +465,8 @@ func (c *Client) ForceRelease(ctx context.Context, key, identity string) (ForceR
 		get, pttl = p.Get(ctx, k.lock), p.PTTL(ctx, k.lock)
 		return nil
 	}); err != nil && !errors.Is(err, redis.Nil) {
-		return fail(err)
+		// Nothing was released: no release is sent after a failed read.
+		return 0, fmt.Errorf("%w: force release of key %q: reading the key (nothing released): %w", ErrRefused, key, err)
 	}
 	v := get.Val()
 	switch {

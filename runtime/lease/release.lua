@@ -20,7 +20,8 @@
 -- forced from outside (Client.ForceRelease: the holder then learns it lost
 -- the lease)
 -- Returns 1 released (or handed over, or a replay of either), 2 hold set
--- (each + 10 when a message was refused, see below),
+-- (forced: a hold-min of this identity runs) (each + 10 when a message was
+-- refused, see below),
 -- 0 not held (expired or deleted from outside), -1 held by another, -3
 -- released from outside (ForceRelease) before this call.
 -- Messages are published with pcall, after the writes they announce: a
@@ -72,6 +73,9 @@ if not sep or string.sub(v, 1, sep - 1) ~= ARGV[1] then
     -- Forced: a replay of this forced release answers as it did; a lease
     -- its holder released itself (or that ended) was not released here.
     if done == 'x' then return 1 end
+    -- Its holder started a hold-min since the caller read the key: the
+    -- hold is this identity's (the caller ends it).
+    if sep and string.sub(v, 1, sep - 1) == '~' .. ARGV[1] then return 2 end
     if v then return -1 end
     return 0
   end
