@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/leasegen/leasegen/runtime/lease"
+	"github.com/leasegen/leasegen/runtime/leasetest"
 )
 
 // holdStarter sets the lock to its hold-min form ("~" + identity:token)
@@ -114,5 +115,65 @@ func TestForceReleaseReadFailsIsRefused(t *testing.T) {
 	}
 	if n := shared.Client(t).Exists(context.Background(), lockKey(key)).Val(); n != 1 {
 		t.Errorf("key gone")
+	}
+}
+
+// A release whose reply is lost is re-sent by go-redis; when the re-send
+// then cannot get a connection (PoolSize 1, another goroutine took the
+// slot), go-redis returns ErrPoolTimeout. The first send was carried out
+// (the key is gone), so the unconfirmed release is unknown, not refused.
+func TestReleaseLostReplyThenPoolTimeoutIsUnknown(t *testing.T) {
+	srv := leasetest.StartRedis(t)
+	p := leasetest.StartProxy(t, srv.Addr())
+	key := uniqueKey(t)
+	var armed atomic.Bool
+	var rdb *redis.Client
+	blocked := make(chan error, 1)
+	rdb = redis.NewClient(&redis.Options{
+		Addr: p.Addr(), ContextTimeoutEnabled: true,
+		PoolSize: 1, PoolTimeout: 100 * time.Millisecond,
+		MaxRetries: 2, MinRetryBackoff: 10 * time.Millisecond, MaxRetryBackoff: 20 * time.Millisecond,
+		Dialer: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			var d net.Dialer
+			cn, err := d.DialContext(ctx, network, addr)
+			if err != nil {
+				return nil, err
+			}
+			// The release is the command that names the tombstone key.
+			return &adv29cConn{Conn: cn, armed: &armed, match: []byte("{" + key + "}:r:"), onWrite: func() {
+				go func() {
+					blocked <- rdb.Do(context.Background(), "blpop", key+":nothing", "1").Err()
+				}()
+				time.Sleep(30 * time.Millisecond)
+			}}, nil
+		},
+	})
+	t.Cleanup(func() { rdb.Close() })
+	c, rec := newClient(t, rdb, lease.WithReleaseTimeout(time.Second))
+	warm(t, c, key)
+	err := c.Do(context.Background(), key, spec(10*time.Second, 5*time.Second), func(context.Context) error {
+		armed.Store(true)
+		p.Set(leasetest.CutNextReply)
+		return nil
+	})
+	<-blocked
+	if p.Cut() != 1 {
+		t.Fatalf("cut %d replies, want 1", p.Cut())
+	}
+	if n := srv.Client(t).Exists(context.Background(), lockKey(key)).Val(); n != 0 {
+		t.Fatal("the release was not carried out: the attack did not happen")
+	}
+	var unconfirmed []lease.Event
+	for _, e := range rec.Events() {
+		if e.Kind == lease.EventReleaseUnconfirmed {
+			unconfirmed = append(unconfirmed, e)
+		}
+	}
+	t.Logf("Do = %v; unconfirmed %v", err, unconfirmed)
+	if len(unconfirmed) != 1 {
+		t.Fatalf("%d release_unconfirmed events, want 1", len(unconfirmed))
+	}
+	if e := unconfirmed[0].Err; !errors.Is(e, lease.ErrUnknown) || errors.Is(e, lease.ErrRefused) {
+		t.Errorf("release sent, reply lost, re-send found no connection: %v; want ErrUnknown (it was carried out)", e)
 	}
 }
