@@ -38,7 +38,8 @@ var (
 	// was not called and no release is sent. Usually a
 	// deployment or configuration problem. When a reply is lost and
 	// go-redis's retry then cannot connect (a dial error, a pool timeout),
-	// the acquire had been written, so the outcome is ErrUnknown, not this.
+	// the acquire (or release) had been written, so the outcome is
+	// ErrUnknown, not this.
 	// One limit, from go-redis: when such a retry gets an error reply
 	// (READONLY after a failover, LOADING after a restart), only that reply
 	// is returned, although the first attempt may have been granted; such a
@@ -94,6 +95,9 @@ const (
 // earlier attempt before the one that failed to dial; such a grant would be
 // to an identity nobody uses, and it expires with its TTL.
 func classify(err error) outcome {
+	if errors.As(err, new(writtenErr)) {
+		return outUnknown
+	}
 	var rerr redis.Error
 	if errors.As(err, &rerr) {
 		switch {
@@ -129,3 +133,11 @@ func notSent(err error) bool {
 	}
 	return errors.Is(err, redis.ErrClosed) || errors.Is(err, redis.ErrPoolTimeout) || errors.Is(err, redis.ErrPoolExhausted)
 }
+
+// writtenErr is an error that says no request is on the wire (a dial
+// error, a pool timeout) for a command that go-redis had written before:
+// its re-send after a lost reply found no connection, and the first send
+// may have been carried out. classify calls it unknown.
+type writtenErr struct{ error }
+
+func (e writtenErr) Unwrap() error { return e.error }

@@ -100,10 +100,11 @@ func (c *Client) releaseWith(ctx context.Context, r *relArgs, k *keys, tombKey, 
 	if r == nil {
 		r = new(relArgs)
 	}
-	var holdArg any = 0
+	// Always the argument's own: its MarshalBinary counts the writes (see
+	// written).
+	r.hold.n = 0
 	if hold > 0 {
 		r.hold.n = ms(hold)
-		holdArg = &r.hold
 	}
 	var memberArg any = ""
 	if member != nil && *member != "" {
@@ -118,8 +119,14 @@ func (c *Client) releaseWith(ctx context.Context, r *relArgs, k *keys, tombKey, 
 	}
 	r.argv = [...]any{nil, nil, "6",
 		sarg(&k.lock), sarg(&k.channel), sarg(tombKey), sarg(&k.fence), sarg(&k.queue), sarg(&k.qexp),
-		sarg(id), holdArg, "PUBLISH", c.tombTTLArg, c.counterTTLArg, memberArg, tombArg}
+		sarg(id), &r.hold, "PUBLISH", c.tombTTLArg, c.counterTTLArg, memberArg, tombArg}
 	res, err := c.evalArgs(ctx, releaseScript, r.argv[:])
+	if err != nil && notSent(err) && r.hold.writes.Load() > 0 {
+		// No connection for go-redis's re-send after a lost reply (a
+		// dial error, a pool timeout): the release had been written
+		// before, and may have been carried out.
+		err = writtenErr{err}
+	}
 	if res >= 10 {
 		// Released (or hold set), but a message was refused.
 		res -= 10
