@@ -177,3 +177,58 @@ func TestReleaseLostReplyThenPoolTimeoutIsUnknown(t *testing.T) {
 		t.Errorf("release sent, reply lost, re-send found no connection: %v; want ErrUnknown (it was carried out)", e)
 	}
 }
+
+// An acquire answered NOSCRIPT (a flushed script cache: not carried out)
+// is sent again by EVAL; when that EVAL cannot get a connection (PoolSize
+// 1, another goroutine took it), nothing was carried out: refused, with no
+// release attempt, not unknown.
+func TestAcquireNoScriptThenPoolTimeoutIsRefused(t *testing.T) {
+	srv := leasetest.StartRedis(t)
+	key := uniqueKey(t)
+	var armed atomic.Bool
+	var rdb *redis.Client
+	blocked := make(chan error, 1)
+	rdb = redis.NewClient(&redis.Options{
+		Addr: srv.Addr(), ContextTimeoutEnabled: true,
+		PoolSize: 1, PoolTimeout: 100 * time.Millisecond,
+		Dialer: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			var d net.Dialer
+			cn, err := d.DialContext(ctx, network, addr)
+			if err != nil {
+				return nil, err
+			}
+			return &adv29cConn{Conn: cn, armed: &armed, match: []byte("evalsha"), onWrite: func() {
+				go func() {
+					blocked <- rdb.Do(context.Background(), "blpop", key+":nothing", "1").Err()
+				}()
+				time.Sleep(30 * time.Millisecond)
+			}}, nil
+		},
+	})
+	t.Cleanup(func() { rdb.Close() })
+	c, rec := newClient(t, rdb)
+	s := spec(10*time.Second, 3*time.Second)
+	s.Fence = true // the acquire script
+	warm(t, c, key)
+	if err := srv.Client(t).ScriptFlush(context.Background()).Err(); err != nil {
+		t.Fatal(err)
+	}
+	before := rec.Count(lease.EventReleaseUnconfirmed) + rec.Count(lease.EventReleased)
+	armed.Store(true)
+	err := c.Do(context.Background(), key, s, func(context.Context) error {
+		t.Error("entered")
+		return nil
+	})
+	<-blocked
+	t.Logf("Do = %v", err)
+	mustIs(t, err, lease.ErrRefused)
+	if errors.Is(err, lease.ErrUnknown) {
+		t.Error("unknown, though the EVALSHA was answered NOSCRIPT and the EVAL never written")
+	}
+	if n := rec.Count(lease.EventReleaseUnconfirmed) + rec.Count(lease.EventReleased) - before; n != 0 {
+		t.Errorf("%d release events for an acquire that was not carried out", n)
+	}
+	if n := srv.Client(t).Exists(context.Background(), lockKey(key)).Val(); n != 0 {
+		t.Error("key held")
+	}
+}
