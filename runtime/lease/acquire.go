@@ -283,6 +283,7 @@ func (a *call) acquireReplicated(ctx context.Context, argv []any) (int64, int, e
 		_, _ = pipe.Exec(ctx)
 		if err := eval.Err(); err != nil {
 			if try == 0 && redis.HasErrorPrefix(err, "NOSCRIPT") {
+				forgetNoScript(argv)
 				continue
 			}
 			return 0, 0, err

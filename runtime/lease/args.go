@@ -65,6 +65,7 @@ func (c *Client) evalArgs(ctx context.Context, s *script, argv []any) (int64, er
 	cmd := redis.NewCmd(ctx, argv...)
 	_ = c.rdb.Process(ctx, cmd)
 	if err := cmd.Err(); err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
+		forgetNoScript(argv)
 		argv = slices.Clone(argv)
 		argv[0], argv[1] = "eval", s.src
 		cmd = redis.NewCmd(ctx, argv...)
@@ -130,4 +131,18 @@ type script struct {
 func newScript(src string) *script {
 	s := redis.NewScript(src)
 	return &script{Script: s, sha: s.Hash(), src: src}
+}
+
+// forgetNoScript is told that a script call was answered NOSCRIPT (not
+// carried out) before it is sent again by EVAL: a write count of 1 (that
+// send only) starts again, so that only the EVAL's sends count (see
+// call.written). A count above 1 stays: go-redis re-sent the EVALSHA after
+// a lost reply, and the first send may have run before the script cache
+// was lost (a restart, a failover to a replica without it).
+func forgetNoScript(argv []any) {
+	for _, v := range argv {
+		if i, ok := v.(*intArg); ok {
+			i.writes.CompareAndSwap(1, 0)
+		}
+	}
 }

@@ -124,7 +124,9 @@ func (c *Client) releaseWith(ctx context.Context, r *relArgs, k *keys, tombKey, 
 	if err != nil && notSent(err) && r.hold.writes.Load() > 0 {
 		// No connection for go-redis's re-send after a lost reply (a
 		// dial error, a pool timeout): the release had been written
-		// before, and may have been carried out.
+		// before, and may have been carried out. (A re-send answered
+		// with an error says nothing of the first: go-redis also re-sends
+		// after READONLY or LOADING answers, which were not carried out.)
 		err = writtenErr{err}
 	}
 	if res >= 10 {
