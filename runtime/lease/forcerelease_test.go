@@ -3,6 +3,7 @@ package lease_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"strings"
 	"sync/atomic"
@@ -231,4 +232,45 @@ func TestAcquireNoScriptThenPoolTimeoutIsRefused(t *testing.T) {
 	if n := srv.Client(t).Exists(context.Background(), lockKey(key)).Val(); n != 0 {
 		t.Error("key held")
 	}
+}
+
+// nopermErr is a server's error reply.
+type nopermErr string
+
+func (e nopermErr) Error() string { return string(e) }
+func (nopermErr) RedisError()     {}
+
+// tombFailer fails the GET of release tombstones (an ACL without them, a
+// broken connection): Watch cannot tell how a lease ended.
+type tombFailer struct{}
+
+func (tombFailer) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (tombFailer) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+func (tombFailer) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if a := cmd.Args(); strings.EqualFold(cmd.Name(), "get") && len(a) > 1 && strings.Contains(fmt.Sprint(a[1]), "}:r:") {
+			cmd.SetErr(nopermErr("NOPERM this user has no permissions to access one of the keys used as arguments"))
+			return cmd.Err()
+		}
+		return next(ctx, cmd)
+	}
+}
+
+// A lease released by its holder, seen by a Watch whose look for the
+// tombstone fails: "" (it cannot tell), not "expired".
+func TestWatchTombstoneReadFailsIsNotExpired(t *testing.T) {
+	prefix := fmt.Sprintf("watch-%s:", uniqueKey(t))
+	rdb := shared.Client(t)
+	rdb.AddHook(tombFailer{})
+	watcher, _ := newClient(t, rdb, lease.WithPrefix(prefix))
+	holder, _ := sharedClient(t, lease.WithPrefix(prefix))
+	w := startWatch(t, watcher, "k", 100*time.Millisecond)
+	time.Sleep(300 * time.Millisecond) // its first listing is done: the grant is a change
+	h := holdUntil(t, holder, "k", lease.Spec{TTL: 10 * time.Second, Deadline: time.Minute})
+	w.next(lease.ChangeGranted, "k")
+	close(h.release)
+	<-h.done
+	w.ended("k", "")
 }
