@@ -248,6 +248,9 @@ func (w *changeWatch) how(ctx context.Context, old seenLease, now Info, note str
 	// The lease ended after old was read (no earlier than old.at), and
 	// the tombstone was looked for before this.
 	at := time.Now()
+	// A failed look (not a missing key) tells nothing of the tombstone:
+	// its absence is then no sign of an expiry.
+	looked := err == nil || errors.Is(err, redis.Nil)
 	if err != nil {
 		tomb = ""
 	}
@@ -270,7 +273,7 @@ func (w *changeWatch) how(ctx context.Context, old seenLease, now Info, note str
 		return "hold ended"
 	case tomb == "h" || old.info.Hold:
 		return "hold ran out"
-	case at.Sub(old.at) < minTombLife:
+	case looked && at.Sub(old.at) < minTombLife:
 		// Every release through the runtime leaves a tombstone that
 		// lives at least this long, and there is none.
 		return "expired"
