@@ -68,6 +68,11 @@ func (c *Client) Do(ctx context.Context, key string, spec Spec, fn func(ctx cont
 		return err
 	}
 	if r := c.held(ctx, key); r != nil && r.reusable() {
+		if ctx.Err() != nil {
+			// As a call that acquires: not attempted (the enclosing call's
+			// deadline passed, or the caller cancelled).
+			return finish(a.notStarted(ctx))
+		}
 		reentered = true
 		if err := a.reenter(ctx, r, fn); err != errNotReusable {
 			return finish(err)
