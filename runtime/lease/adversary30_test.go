@@ -1,0 +1,93 @@
+package lease_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/leasegen/leasegen/runtime/lease"
+	"github.com/leasegen/leasegen/runtime/leasetest"
+)
+
+// With WithReplicas on a Cluster, renewals go to each master in a pipeline
+// of its own followed by WAIT. A master that does not answer (paused, cut
+// off, or one whose WAIT runs to its timeout) must not hold up the
+// renewals of leases on the other masters: those are acknowledged by their
+// replicas and must keep their leases. Here master A is paused for longer
+// than the TTL (but shorter than the cluster's node timeout, so no
+// failover): its lease is lost, as it must be, and the lease on master B,
+// whose replica follows, must be kept.
+func TestAdversary30_ClusterReplicatedRenewalsNotHeldUpByOtherMaster(t *testing.T) {
+	cl := leasetest.StartClusterReplicas(t, 3, 1, func(o *leasetest.ClusterOptions) {
+		o.NodeTimeout = 5 * time.Second
+	})
+	ctx := context.Background()
+	var keyA, keyB string
+	var masterA *leasetest.Server
+	for i := 0; keyA == "" || keyB == ""; i++ {
+		k := fmt.Sprint("adv30-hol-", i)
+		m, err := cl.MasterForKey(ctx, lockKey(k))
+		if err != nil {
+			t.Fatal(err)
+		}
+		switch {
+		case keyA == "":
+			keyA, masterA = k, m
+		case m != masterA:
+			keyB = k
+		}
+	}
+	c, rec := newClient(t, cl.Client(t), lease.WithReplicas(1, 100*time.Millisecond))
+	const ttl = 900 * time.Millisecond
+	s := lease.Spec{TTL: ttl, Deadline: 10 * time.Second}
+	// Warm up: connections to both masters, scripts loaded, so that the
+	// two calls below enter within the renewer's batch window and their
+	// renewals go in one batch.
+	for _, k := range []string{keyA, keyB} {
+		if err := c.Do(ctx, k, s, func(context.Context) error { return nil }); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	enteredA, enteredB := make(chan struct{}), make(chan struct{})
+	pausedFor := 1500 * time.Millisecond
+	var errA, errB error
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() {
+		defer wg.Done()
+		errA = c.Do(ctx, keyA, s, func(ctx context.Context) error {
+			close(enteredA)
+			<-ctx.Done()
+			return context.Cause(ctx)
+		})
+	}()
+	<-enteredA
+	go func() {
+		defer wg.Done()
+		errB = c.Do(ctx, keyB, s, func(ctx context.Context) error {
+			close(enteredB)
+			<-time.After(pausedFor + 2*ttl) // through the pause and beyond
+			return nil
+		})
+	}()
+	<-enteredB
+	// Both leases renewed at least once together before the pause.
+	for rec.Count(lease.EventRenewed) < 2 {
+		time.Sleep(10 * time.Millisecond)
+	}
+	start := time.Now()
+	masterA.Pause()
+	time.Sleep(pausedFor)
+	masterA.Resume()
+	wg.Wait()
+	mustIs(t, errA, lease.ErrLost)
+	if errB != nil {
+		t.Errorf("lease on master B (its replica following) lost while master A was paused: %v", errB)
+		for _, e := range rec.Events() {
+			t.Logf("%v %v %v %v", e.At.Sub(start).Round(time.Millisecond), e.Key, e.Kind, e.Err)
+		}
+	}
+}
