@@ -2,6 +2,7 @@ package lease_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"testing"
@@ -89,5 +90,37 @@ func TestAdversary30_ClusterReplicatedRenewalsNotHeldUpByOtherMaster(t *testing.
 		for _, e := range rec.Events() {
 			t.Logf("%v %v %v %v", e.At.Sub(start).Round(time.Millisecond), e.Key, e.Kind, e.Err)
 		}
+	}
+}
+
+// A grant that WAIT then cannot confirm because an ACL refuses WAIT
+// (NOPERM: the README's WithReplicas recipe without +wait) was carried
+// out: the key is held. It must not be reported ErrRefused ("not carried
+// out, no release sent") with the grant left behind for the TTL.
+func TestAdversary30_GrantWithWaitRefusedIsNotRefused(t *testing.T) {
+	srv := leasetest.StartRedis(t)
+	replica := srv.StartReplica(t)
+	srv.WaitReplicas(t, replica)
+	rules := readmeACL(t, false) // no +wait
+	c, _ := newClient(t, srv.ACLUser(t, "nowait", "secret", rules...), lease.WithReplicas(1, 100*time.Millisecond))
+	key := uniqueKey(t)
+	s := lease.Spec{TTL: 20 * time.Second, Deadline: 2 * time.Second}
+	entered := false
+	err := c.Do(context.Background(), key, s, func(context.Context) error { entered = true; return nil })
+	if entered {
+		t.Fatal("entered without a WAIT")
+	}
+	if err == nil {
+		t.Fatal("Do returned nil")
+	}
+	held, xerr := srv.Client(t).Exists(context.Background(), lockKey(key)).Result()
+	if xerr != nil {
+		t.Fatal(xerr)
+	}
+	if errors.Is(err, lease.ErrRefused) && held == 1 {
+		t.Errorf("Do returned ErrRefused (%v), yet its grant holds the key (left for the TTL)", err)
+	}
+	if held == 1 {
+		t.Errorf("grant left behind after %v", err)
 	}
 }
