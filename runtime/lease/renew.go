@@ -497,9 +497,23 @@ func (rn *renewer) sendReplicated(ctx context.Context, batch []*renewal, results
 		}
 		groups[pipe] = append(groups[pipe], i)
 	}
-	for _, pipe := range order {
-		rn.sendWaited(ctx, pipe, batch, groups[pipe], results, errs)
+	if len(order) == 1 {
+		rn.sendWaited(ctx, order[0], batch, groups[order[0]], results, errs)
+		return
 	}
+	// The masters at once, as a Cluster pipeline does: a master that does
+	// not answer (or whose WAIT runs to its timeout) must not hold the
+	// others' renewals up to the flight's deadline. Each writes only its
+	// own leases' entries.
+	var wg sync.WaitGroup
+	for _, pipe := range order {
+		wg.Add(1)
+		go func(pipe redis.Pipeliner) {
+			defer wg.Done()
+			rn.sendWaited(ctx, pipe, batch, groups[pipe], results, errs)
+		}(pipe)
+	}
+	wg.Wait()
 }
 
 // sendWaited sends the renewals of batch[idx] on pipe, one script call
