@@ -124,3 +124,47 @@ func TestAdversary30_GrantWithWaitRefusedIsNotRefused(t *testing.T) {
 		t.Errorf("grant left behind after %v", err)
 	}
 }
+
+// A renewal whose WAIT an ACL refuses (NOPERM: +wait taken from the user
+// while it holds a lease) was carried out on the primary: it must not
+// extend the validity (the lease is lost within the TTL), and its failure
+// is unknown, not ErrRefused ("not carried out").
+func TestAdversary30_RenewalWithWaitRefused(t *testing.T) {
+	srv := leasetest.StartRedis(t)
+	replica := srv.StartReplica(t)
+	srv.WaitReplicas(t, replica)
+	rules := append(readmeACL(t, false), "+wait")
+	c, rec := newClient(t, srv.ACLUser(t, "waitgone", "secret", rules...), lease.WithReplicas(1, 100*time.Millisecond))
+	admin := srv.Client(t)
+	const ttl = 600 * time.Millisecond
+	s := lease.Spec{TTL: ttl, Deadline: 5 * time.Second}
+	var revoked time.Time
+	err := c.Do(context.Background(), uniqueKey(t), s, func(ctx context.Context) error {
+		if err := admin.Do(ctx, "ACL", "SETUSER", "waitgone", "-wait").Err(); err != nil {
+			t.Fatal(err)
+		}
+		revoked = time.Now()
+		select {
+		case <-ctx.Done():
+		case <-time.After(3 * time.Second):
+			t.Error("renewals whose WAIT was refused kept the call going 3s")
+		}
+		return nil
+	})
+	mustIs(t, err, lease.ErrLost)
+	if took := time.Since(revoked); took > ttl+200*time.Millisecond {
+		t.Errorf("loss reported %v after WAIT was revoked, TTL %v", took, ttl)
+	}
+	failed := 0
+	for _, e := range rec.Events() {
+		if e.Kind == lease.EventRenewFailed {
+			failed++
+			if !errors.Is(e.Err, lease.ErrUnknown) || errors.Is(e.Err, lease.ErrRefused) {
+				t.Errorf("renewal carried out, its WAIT refused, classed: %v", e.Err)
+			}
+		}
+	}
+	if failed == 0 {
+		t.Error("no failed renewal reported")
+	}
+}
