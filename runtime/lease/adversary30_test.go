@@ -117,6 +117,9 @@ func TestAdversary30_GrantWithWaitRefusedIsNotRefused(t *testing.T) {
 	if xerr != nil {
 		t.Fatal(xerr)
 	}
+	if !errors.Is(err, lease.ErrUnknown) || errors.Is(err, lease.ErrRefused) {
+		t.Errorf("a grant carried out, its WAIT refused: %v, want ErrUnknown", err)
+	}
 	if errors.Is(err, lease.ErrRefused) && held == 1 {
 		t.Errorf("Do returned ErrRefused (%v), yet its grant holds the key (left for the TTL)", err)
 	}

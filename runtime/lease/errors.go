@@ -94,6 +94,10 @@ const (
 // earlier attempt before the one that failed to dial; such a grant would be
 // to an identity nobody uses, and it expires with its TTL.
 func classify(err error) outcome {
+	var ex executedError
+	if errors.As(err, &ex) {
+		return outUnknown
+	}
 	var rerr redis.Error
 	if errors.As(err, &rerr) {
 		switch {
@@ -129,3 +133,12 @@ func notSent(err error) bool {
 	}
 	return errors.Is(err, redis.ErrClosed) || errors.Is(err, redis.ErrPoolTimeout) || errors.Is(err, redis.ErrPoolExhausted)
 }
+
+// executedError wraps the error of a request that followed one carried out
+// (WAIT after a grant or a renewal): whatever the follower's error says,
+// even an error reply such as NOPERM, the write it was to confirm happened,
+// so the outcome is unknown, never refused.
+type executedError struct{ err error }
+
+func (e executedError) Error() string { return e.err.Error() }
+func (e executedError) Unwrap() error { return e.err }

@@ -558,7 +558,7 @@ func (rn *renewer) sendWaited(ctx context.Context, pipe redis.Pipeliner, batch [
 			}
 			switch {
 			case werr != nil:
-				errs[i] = fmt.Errorf("WAIT for %d replicas after the renewal: %w", rn.c.replicas, werr)
+				errs[i] = executedError{fmt.Errorf("WAIT for %d replicas after the renewal: %w", rn.c.replicas, werr)}
 			case acked < rn.c.replicas:
 				errs[i] = fmt.Errorf("%w: renewal acknowledged by %d of %d replicas (it may be lost in a failover)", errUnreplicated, acked, rn.c.replicas)
 			}
