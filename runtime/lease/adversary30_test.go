@@ -10,6 +10,7 @@ import (
 
 	"github.com/leasegen/leasegen/runtime/lease"
 	"github.com/leasegen/leasegen/runtime/leasetest"
+	"github.com/redis/go-redis/v9"
 )
 
 // With WithReplicas on a Cluster, renewals go to each master in a pipeline
@@ -169,5 +170,91 @@ func TestAdversary30_RenewalWithWaitRefused(t *testing.T) {
 	}
 	if failed == 0 {
 		t.Error("no failed renewal reported")
+	}
+}
+
+// WithReplicas asking for more replicas than exist: no grant is entered,
+// each is released (ErrUnknown, EventUnreplicated), no key is left.
+func TestAdversary30_MoreReplicasThanExist(t *testing.T) {
+	srv := leasetest.StartRedis(t)
+	replica := srv.StartReplica(t)
+	srv.WaitReplicas(t, replica)
+	c, rec := newClient(t, srv.Client(t), lease.WithReplicas(2, 50*time.Millisecond))
+	key := uniqueKey(t)
+	err := c.Do(context.Background(), key, lease.Spec{TTL: 10 * time.Second, Deadline: 2 * time.Second},
+		func(context.Context) error { t.Error("entered with 1 of 2 replicas"); return nil })
+	mustIs(t, err, lease.ErrUnknown)
+	if rec.Count(lease.EventUnreplicated) != 1 {
+		t.Errorf("%d unreplicated events", rec.Count(lease.EventUnreplicated))
+	}
+	if n := srv.Client(t).Exists(context.Background(), lockKey(key)).Val(); n != 0 {
+		t.Error("the unacknowledged grant was left behind")
+	}
+}
+
+// Renewals with replicas through faults: SCRIPT FLUSH before each renewal
+// (NOSCRIPT, then EVAL, then WAIT), replies cut (go-redis replays the
+// renew+WAIT pipeline) — the lease is kept and renewed. Then the replica
+// is paused: renewals are no longer acknowledged, the loss comes within
+// the TTL, every failure unknown, and none confirmed after the pause.
+func TestAdversary30_ReplicatedRenewalsUnderFaults(t *testing.T) {
+	srv := leasetest.StartRedis(t)
+	replica := srv.StartReplica(t)
+	srv.WaitReplicas(t, replica)
+	p := leasetest.StartProxy(t, srv.Addr())
+	prdb := redis.NewClient(&redis.Options{Addr: p.Addr(), ContextTimeoutEnabled: true})
+	t.Cleanup(func() { prdb.Close() })
+	admin := srv.Client(t)
+	c, rec := newClient(t, prdb, lease.WithReplicas(1, 100*time.Millisecond))
+	const ttl = 600 * time.Millisecond
+	s := lease.Spec{TTL: ttl, Deadline: 10 * time.Second, Fence: true}
+	var paused time.Time
+	defer replica.Resume()
+	err := c.Do(context.Background(), uniqueKey(t), s, func(ctx context.Context) error {
+		start := time.Now()
+		before := rec.Count(lease.EventRenewed)
+		for i := 0; time.Since(start) < 2*ttl; i++ {
+			if err := admin.ScriptFlush(ctx).Err(); err != nil {
+				t.Fatal(err)
+			}
+			if i%5 == 0 {
+				p.Set(leasetest.CutNextReply)
+			}
+			select {
+			case <-ctx.Done():
+				t.Fatalf("lost under SCRIPT FLUSH and cut replies (replica following): %v", context.Cause(ctx))
+			case <-time.After(30 * time.Millisecond):
+			}
+		}
+		p.Set(leasetest.Pass)
+		if n := rec.Count(lease.EventRenewed) - before; n < 3 {
+			t.Errorf("%d renewals confirmed in %v", n, 2*ttl)
+		}
+		if p.Cut() == 0 {
+			t.Error("no reply cut")
+		}
+		replica.Pause()
+		paused = time.Now()
+		select {
+		case <-ctx.Done():
+		case <-time.After(3 * time.Second):
+			t.Error("renewals went on 3s with the replica paused")
+		}
+		return nil
+	})
+	replica.Resume()
+	mustIs(t, err, lease.ErrLost)
+	if took := time.Since(paused); took > ttl+200*time.Millisecond {
+		t.Errorf("loss reported %v after the replica was paused, TTL %v", took, ttl)
+	}
+	for _, e := range rec.Events() {
+		switch {
+		case e.Kind == lease.EventRenewFailed && e.At.After(paused):
+			if !errors.Is(e.Err, lease.ErrUnknown) {
+				t.Errorf("renewal failure not unknown: %v", e.Err)
+			}
+		case e.Kind == lease.EventRenewed && e.At.Add(-e.Took).After(paused):
+			t.Errorf("a renewal sent %v after the pause was confirmed", e.At.Add(-e.Took).Sub(paused))
+		}
 	}
 }
