@@ -258,3 +258,61 @@ func TestAdversary30_ReplicatedRenewalsUnderFaults(t *testing.T) {
 		}
 	}
 }
+
+// A slot migration that lasts longer than the TTL, the lease's keys
+// already moved to the importing master (the source answers ASK): without
+// WithReplicas go-redis follows ASK and the lease is kept; with it the
+// renewals must be kept too.
+func TestAdversary30_ClusterReplicatedRenewalsDuringLongMigration(t *testing.T) {
+	cl := leasetest.StartClusterReplicas(t, 3, 1)
+	ctx := context.Background()
+	for _, replicas := range []int{0, 1} {
+		t.Run(fmt.Sprint("replicas=", replicas), func(t *testing.T) {
+			var opts []lease.Option
+			if replicas > 0 {
+				opts = append(opts, lease.WithReplicas(1, 100*time.Millisecond))
+			}
+			c, rec := newClient(t, cl.Client(t), opts...)
+			key := fmt.Sprint("adv30-mig-", replicas)
+			slot := leasetest.Slot(lockKey(key))
+			from, err := cl.MasterForSlot(ctx, slot)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var to *leasetest.Server
+			for _, n := range cl.Nodes[:3] {
+				if n != from {
+					to = n
+					break
+				}
+			}
+			const ttl = 600 * time.Millisecond
+			s := lease.Spec{TTL: ttl, Deadline: 10 * time.Second}
+			err = c.Do(ctx, key, s, func(ctx context.Context) error {
+				m, err := cl.BeginMigration(ctx, slot, to)
+				if err != nil {
+					return err
+				}
+				if _, err := m.MoveKeys(ctx, 0); err != nil {
+					return err
+				}
+				select {
+				case <-ctx.Done():
+				case <-time.After(3 * ttl):
+				}
+				if err := m.Finish(context.Background()); err != nil {
+					t.Fatal(err)
+				}
+				return context.Cause(ctx)
+			})
+			if err != nil {
+				t.Errorf("the held lease across a migration of 3 TTLs: %v", err)
+				for _, e := range rec.Events() {
+					if e.Kind != lease.EventRenewed {
+						t.Logf("%v %v", e.Kind, e.Err)
+					}
+				}
+			}
+		})
+	}
+}
