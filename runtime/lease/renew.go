@@ -507,31 +507,22 @@ func (rn *renewer) sendReplicated(ctx context.Context, batch []*renewal, results
 	// each), with WAIT there, as go-redis's Cluster pipeline follows ASK:
 	// a migration that lasts longer than the TTL must not lose the lease.
 	asked := map[string][]int{}
+	var askErr []error
 	for i, err := range errs {
 		if err != nil && redis.HasErrorPrefix(err, "ASK") {
 			if f := strings.Fields(err.Error()); len(f) == 3 {
+				if asked[f[2]] == nil {
+					askErr = append(askErr, err)
+				}
 				asked[f[2]] = append(asked[f[2]], i)
 			}
 		}
 	}
-	if len(asked) == 0 {
-		return
-	}
-	targets := map[string]*redis.Client{}
-	var mu sync.Mutex
-	_ = cc.ForEachMaster(ctx, func(_ context.Context, node *redis.Client) error {
-		if _, ok := asked[node.Options().Addr]; ok {
-			mu.Lock()
-			targets[node.Options().Addr] = node
-			mu.Unlock()
-		}
-		return nil
-	})
 	groups, order = map[redis.Pipeliner][]int{}, nil
-	for addr, idx := range asked {
-		if node := targets[addr]; node != nil {
+	for _, err := range askErr {
+		if node := rn.c.askTarget(ctx, err); node != nil {
 			pipe := node.Pipeline()
-			groups[pipe] = idx
+			groups[pipe] = asked[strings.Fields(err.Error())[2]]
 			order = append(order, pipe)
 		}
 	}
