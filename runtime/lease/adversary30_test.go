@@ -316,3 +316,62 @@ func TestAdversary30_ClusterReplicatedRenewalsDuringLongMigration(t *testing.T) 
 		})
 	}
 }
+
+// The README's Cluster ACL recipe during a slot migration that lasts longer
+// than the TTL, the lease's keys already moved: following ASK takes ASKING
+// (go-redis's for a plain client, the runtime's with WithReplicas), which
+// the recipe (-@all, no +asking) refuses; the renewal then goes to the
+// importing master without it, is redirected back (MOVED), and the lease is
+// lost, with or without WithReplicas.
+func TestAdversary30_ClusterACLRecipeMigration(t *testing.T) {
+	cl := leasetest.StartClusterReplicas(t, 3, 1)
+	ctx := context.Background()
+	for _, replicas := range []int{0, 1} {
+		t.Run(fmt.Sprint("replicas=", replicas), func(t *testing.T) {
+			rules := readmeACL(t, true)
+			var opts []lease.Option
+			if replicas > 0 {
+				rules = append(rules, "+wait")
+				opts = append(opts, lease.WithReplicas(1, 100*time.Millisecond))
+			}
+			c, rec := newClient(t, cl.ACLUser(t, fmt.Sprint("u", replicas), "secret", rules...), opts...)
+			key := fmt.Sprint("adv30-aclmig-", replicas)
+			slot := leasetest.Slot(lockKey(key))
+			from, _ := cl.MasterForSlot(ctx, slot)
+			var to *leasetest.Server
+			for _, n := range cl.Nodes[:3] {
+				if n != from {
+					to = n
+					break
+				}
+			}
+			const ttl = 600 * time.Millisecond
+			err := c.Do(ctx, key, lease.Spec{TTL: ttl, Deadline: 10 * time.Second}, func(ctx context.Context) error {
+				m, err := cl.BeginMigration(ctx, slot, to)
+				if err != nil {
+					return err
+				}
+				if _, err := m.MoveKeys(ctx, 0); err != nil {
+					return err
+				}
+				select {
+				case <-ctx.Done():
+				case <-time.After(3 * ttl):
+				}
+				if err := m.Finish(context.Background()); err != nil {
+					t.Fatal(err)
+				}
+				return context.Cause(ctx)
+			})
+			if err != nil {
+				t.Errorf("README cluster ACL, migration of 3 TTLs: %v", err)
+				for _, e := range rec.Events() {
+					if e.Kind == lease.EventRenewFailed {
+						t.Logf("%v", e.Err)
+						break
+					}
+				}
+			}
+		})
+	}
+}
