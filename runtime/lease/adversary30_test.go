@@ -375,3 +375,39 @@ func TestAdversary30_ClusterACLRecipeMigration(t *testing.T) {
 		})
 	}
 }
+
+// A kept lease (Spec.Keep) whose replica is promoted: its renewals are no
+// longer acknowledged, it is lost within the TTL, and the next call does
+// not enter on it (nor on a fresh grant, which no replica acknowledges).
+func TestAdversary30_KeptLeaseReplicaPromoted(t *testing.T) {
+	srv := leasetest.StartRedis(t)
+	rep := srv.StartReplica(t)
+	srv.WaitReplicas(t, rep)
+	c, rec := newClient(t, srv.Client(t), lease.WithReplicas(1, 50*time.Millisecond))
+	key := uniqueKey(t)
+	const ttl = 600 * time.Millisecond
+	s := lease.Spec{TTL: ttl, Deadline: 2 * time.Second, Keep: 10 * time.Second}
+	ctx := context.Background()
+	if err := c.Do(ctx, key, s, func(context.Context) error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(ttl / 2) // a renewal of the kept lease acknowledged
+	if err := rep.Client(t).SlaveOf(ctx, "no", "one").Err(); err != nil {
+		t.Fatal(err)
+	}
+	promoted := time.Now()
+	defer func() {
+		_ = rep.Client(t).SlaveOf(ctx, "127.0.0.1", fmt.Sprint(srv.Port())).Err()
+	}()
+	time.Sleep(ttl + 100*time.Millisecond)
+	err := c.Do(ctx, key, s, func(context.Context) error {
+		t.Errorf("entered %v after the promotion: the kept lease's unacknowledged renewals were counted", time.Since(promoted))
+		return nil
+	})
+	mustIs(t, err, lease.ErrUnknown)
+	for _, e := range rec.Events() {
+		if e.Kind == lease.EventRenewed && e.At.Add(-e.Took).After(promoted) {
+			t.Errorf("a renewal sent %v after the promotion was confirmed", e.At.Add(-e.Took).Sub(promoted))
+		}
+	}
+}
