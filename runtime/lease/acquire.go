@@ -294,6 +294,11 @@ func (a *call) acquireReplicated(ctx context.Context, argv []any) (int64, int, e
 		}
 		n, err := wait.Int()
 		if err != nil {
+			if r >= 0 {
+				// Granted: a WAIT that failed, even by an error reply
+				// (NOPERM), leaves the grant unconfirmed, not undone.
+				return 0, 0, executedError{fmt.Errorf("WAIT after the grant: %w", err)}
+			}
 			return 0, 0, err
 		}
 		return r, n, nil

@@ -243,6 +243,28 @@ func (c *Client) reloadTopology() {
 	}
 }
 
+// askTarget returns the Cluster master an ASK redirect (err) names, or nil.
+func (c *Client) askTarget(ctx context.Context, err error) *redis.Client {
+	cc, ok := c.rdb.(*redis.ClusterClient)
+	f := strings.Fields(err.Error())
+	if !ok || len(f) != 3 || f[0] != "ASK" {
+		return nil
+	}
+	var (
+		mu     sync.Mutex
+		target *redis.Client
+	)
+	_ = cc.ForEachMaster(ctx, func(_ context.Context, node *redis.Client) error {
+		if node.Options().Addr == f[2] {
+			mu.Lock()
+			target = node
+			mu.Unlock()
+		}
+		return nil
+	})
+	return target
+}
+
 // pipeliner returns a pipeline that runs on one connection to the node that
 // owns key, so that WAIT follows the write it must confirm.
 func (c *Client) pipeliner(ctx context.Context, key string) (redis.Pipeliner, error) {

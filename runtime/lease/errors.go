@@ -95,7 +95,8 @@ const (
 // earlier attempt before the one that failed to dial; such a grant would be
 // to an identity nobody uses, and it expires with its TTL.
 func classify(err error) outcome {
-	if errors.As(err, new(writtenErr)) {
+	var ex executedError
+	if errors.As(err, &ex) {
 		return outUnknown
 	}
 	var rerr redis.Error
@@ -134,10 +135,14 @@ func notSent(err error) bool {
 	return errors.Is(err, redis.ErrClosed) || errors.Is(err, redis.ErrPoolTimeout) || errors.Is(err, redis.ErrPoolExhausted)
 }
 
-// writtenErr is an error that says no request is on the wire (a dial
-// error, a pool timeout) for a command that go-redis had written before:
-// its re-send after a lost reply found no connection, and the first send
-// may have been carried out. classify calls it unknown.
-type writtenErr struct{ error }
+// executedError wraps an error that says nothing of a write that happened,
+// or may have: the error of a request that followed one carried out (WAIT
+// after a grant or a renewal; even an error reply such as NOPERM), or one
+// that says no request is on the wire (a dial error, a pool timeout) for a
+// command go-redis had written before (its re-send after a lost reply
+// found no connection, and the first send may have been carried out). The
+// outcome is unknown, never refused.
+type executedError struct{ err error }
 
-func (e writtenErr) Unwrap() error { return e.error }
+func (e executedError) Error() string { return e.err.Error() }
+func (e executedError) Unwrap() error { return e.err }

@@ -127,7 +127,7 @@ func (c *Client) releaseWith(ctx context.Context, r *relArgs, k *keys, tombKey, 
 		// before, and may have been carried out. (A re-send answered
 		// with an error says nothing of the first: go-redis also re-sends
 		// after READONLY or LOADING answers, which were not carried out.)
-		err = writtenErr{err}
+		err = executedError{err}
 	}
 	if res >= 10 {
 		// Released (or hold set), but a message was refused.

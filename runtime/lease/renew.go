@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -497,21 +498,73 @@ func (rn *renewer) sendReplicated(ctx context.Context, batch []*renewal, results
 		}
 		groups[pipe] = append(groups[pipe], i)
 	}
-	for _, pipe := range order {
-		rn.sendWaited(ctx, pipe, batch, groups[pipe], results, errs)
+	rn.sendGroups(ctx, order, groups, batch, results, errs, false)
+	if !cluster {
+		return
 	}
+	// A slot being migrated: keys already moved are answered ASK by their
+	// master. Send those renewals to the importing master (ASKING before
+	// each), with WAIT there, as go-redis's Cluster pipeline follows ASK:
+	// a migration that lasts longer than the TTL must not lose the lease.
+	asked := map[string][]int{}
+	var askErr []error
+	for i, err := range errs {
+		if err != nil && redis.HasErrorPrefix(err, "ASK") {
+			if f := strings.Fields(err.Error()); len(f) == 3 {
+				if asked[f[2]] == nil {
+					askErr = append(askErr, err)
+				}
+				asked[f[2]] = append(asked[f[2]], i)
+			}
+		}
+	}
+	groups, order = map[redis.Pipeliner][]int{}, nil
+	for _, err := range askErr {
+		if node := rn.c.askTarget(ctx, err); node != nil {
+			pipe := node.Pipeline()
+			groups[pipe] = asked[strings.Fields(err.Error())[2]]
+			order = append(order, pipe)
+		}
+	}
+	rn.sendGroups(ctx, order, groups, batch, results, errs, true)
+}
+
+// sendGroups sends each pipeline's renewals (sendWaited), the masters at
+// once, as a Cluster pipeline does: a master that does not answer (or
+// whose WAIT runs to its timeout) must not hold the others' renewals up to
+// the flight's deadline. Each writes only its own leases' entries.
+func (rn *renewer) sendGroups(ctx context.Context, order []redis.Pipeliner, groups map[redis.Pipeliner][]int, batch []*renewal, results []int64, errs []error, asking bool) {
+	if len(order) == 1 {
+		rn.sendWaited(ctx, order[0], batch, groups[order[0]], results, errs, asking)
+		return
+	}
+	var wg sync.WaitGroup
+	for _, pipe := range order {
+		wg.Add(1)
+		go func(pipe redis.Pipeliner) {
+			defer wg.Done()
+			rn.sendWaited(ctx, pipe, batch, groups[pipe], results, errs, asking)
+		}(pipe)
+	}
+	wg.Wait()
 }
 
 // sendWaited sends the renewals of batch[idx] on pipe, one script call
 // each (EVALSHA, then EVAL on NOSCRIPT), followed by WAIT. A renewal that
 // extended the key but was acknowledged by fewer replicas than required
 // gets an error (unknown: it may be lost in a failover) instead of its 1.
-func (rn *renewer) sendWaited(ctx context.Context, pipe redis.Pipeliner, batch []*renewal, idx []int, results []int64, errs []error) {
+//
+// With asking (keys a migration moved to pipe's master), each is preceded
+// by ASKING.
+func (rn *renewer) sendWaited(ctx context.Context, pipe redis.Pipeliner, batch []*renewal, idx []int, results []int64, errs []error, asking bool) {
 	for _, eval := range []bool{false, true} {
 		cmds := make([]*redis.Cmd, 0, len(idx))
 		for _, i := range idx {
 			r := batch[i]
 			keys, args := []string{r.a.k.lock}, []any{r.a.id, ms(r.a.spec.TTL)}
+			if asking {
+				pipe.Do(ctx, "ASKING")
+			}
 			if eval {
 				cmds = append(cmds, pipe.Eval(ctx, renewSrc, keys, args...))
 			} else {
@@ -544,7 +597,7 @@ func (rn *renewer) sendWaited(ctx context.Context, pipe redis.Pipeliner, batch [
 			}
 			switch {
 			case werr != nil:
-				errs[i] = fmt.Errorf("WAIT for %d replicas after the renewal: %w", rn.c.replicas, werr)
+				errs[i] = executedError{fmt.Errorf("WAIT for %d replicas after the renewal: %w", rn.c.replicas, werr)}
 			case acked < rn.c.replicas:
 				errs[i] = fmt.Errorf("%w: renewal acknowledged by %d of %d replicas (it may be lost in a failover)", errUnreplicated, acked, rn.c.replicas)
 			}
