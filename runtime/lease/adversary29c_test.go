@@ -166,29 +166,11 @@ func TestAdversary29c_LostReplyThenPoolTimeoutLeavesSilentGrant(t *testing.T) {
 	p := leasetest.StartProxy(t, srv.Addr())
 	key := "pool-after-send"
 	var armed atomic.Bool
-	var rdb *redis.Client
-	blocked := make(chan error, 1)
-	rdb = redis.NewClient(&redis.Options{
-		Addr: p.Addr(), ContextTimeoutEnabled: true,
-		PoolSize: 1, PoolTimeout: 100 * time.Millisecond,
-		MaxRetries: 2, MinRetryBackoff: 10 * time.Millisecond, MaxRetryBackoff: 20 * time.Millisecond,
-		Dialer: func(ctx context.Context, network, addr string) (net.Conn, error) {
-			var d net.Dialer
-			cn, err := d.DialContext(ctx, network, addr)
-			if err != nil {
-				return nil, err
-			}
-			return &adv29cConn{Conn: cn, armed: &armed, match: []byte(lockKey(key)), onWrite: func() {
-				// Another user of the client queues for the connection
-				// while the acquire has it, and holds it for a while.
-				go func() {
-					blocked <- rdb.Do(context.Background(), "blpop", "adv29c-nothing", "1").Err()
-				}()
-				time.Sleep(30 * time.Millisecond)
-			}}, nil
-		},
+	// Another user of the client queues for the connection while the
+	// acquire has it, and holds it for a while (see poolTakenClient).
+	rdb, blocked := poolTakenClient(t, p.Addr(), lockKey(key), &armed, func(o *redis.Options) {
+		o.MaxRetries, o.MinRetryBackoff, o.MaxRetryBackoff = 2, 10*time.Millisecond, 20*time.Millisecond
 	})
-	t.Cleanup(func() { rdb.Close() })
 	c, rec := newClient(t, rdb)
 	direct := srv.Client(t)
 	warm(t, c, key)

@@ -1,3 +1,6 @@
+// Defects from the "suspected" lists of adversary rounds 29a-c: each test
+// failed on the code before its fix.
+
 package lease_test
 
 import (
@@ -128,28 +131,10 @@ func TestReleaseLostReplyThenPoolTimeoutIsUnknown(t *testing.T) {
 	p := leasetest.StartProxy(t, srv.Addr())
 	key := uniqueKey(t)
 	var armed atomic.Bool
-	var rdb *redis.Client
-	blocked := make(chan error, 1)
-	rdb = redis.NewClient(&redis.Options{
-		Addr: p.Addr(), ContextTimeoutEnabled: true,
-		PoolSize: 1, PoolTimeout: 100 * time.Millisecond,
-		MaxRetries: 2, MinRetryBackoff: 10 * time.Millisecond, MaxRetryBackoff: 20 * time.Millisecond,
-		Dialer: func(ctx context.Context, network, addr string) (net.Conn, error) {
-			var d net.Dialer
-			cn, err := d.DialContext(ctx, network, addr)
-			if err != nil {
-				return nil, err
-			}
-			// The release is the command that names the tombstone key.
-			return &adv29cConn{Conn: cn, armed: &armed, match: []byte("{" + key + "}:r:"), onWrite: func() {
-				go func() {
-					blocked <- rdb.Do(context.Background(), "blpop", key+":nothing", "1").Err()
-				}()
-				time.Sleep(30 * time.Millisecond)
-			}}, nil
-		},
+	// The release is the command that names the tombstone key.
+	rdb, blocked := poolTakenClient(t, p.Addr(), "{"+key+"}:r:", &armed, func(o *redis.Options) {
+		o.MaxRetries, o.MinRetryBackoff, o.MaxRetryBackoff = 2, 10*time.Millisecond, 20*time.Millisecond
 	})
-	t.Cleanup(func() { rdb.Close() })
 	c, rec := newClient(t, rdb, lease.WithReleaseTimeout(time.Second))
 	warm(t, c, key)
 	err := c.Do(context.Background(), key, spec(10*time.Second, 5*time.Second), func(context.Context) error {
@@ -187,26 +172,7 @@ func TestAcquireNoScriptThenPoolTimeoutIsRefused(t *testing.T) {
 	srv := leasetest.StartRedis(t)
 	key := uniqueKey(t)
 	var armed atomic.Bool
-	var rdb *redis.Client
-	blocked := make(chan error, 1)
-	rdb = redis.NewClient(&redis.Options{
-		Addr: srv.Addr(), ContextTimeoutEnabled: true,
-		PoolSize: 1, PoolTimeout: 100 * time.Millisecond,
-		Dialer: func(ctx context.Context, network, addr string) (net.Conn, error) {
-			var d net.Dialer
-			cn, err := d.DialContext(ctx, network, addr)
-			if err != nil {
-				return nil, err
-			}
-			return &adv29cConn{Conn: cn, armed: &armed, match: []byte("evalsha"), onWrite: func() {
-				go func() {
-					blocked <- rdb.Do(context.Background(), "blpop", key+":nothing", "1").Err()
-				}()
-				time.Sleep(30 * time.Millisecond)
-			}}, nil
-		},
-	})
-	t.Cleanup(func() { rdb.Close() })
+	rdb, blocked := poolTakenClient(t, srv.Addr(), "evalsha", &armed, nil)
 	c, rec := newClient(t, rdb)
 	s := spec(10*time.Second, 3*time.Second)
 	s.Fence = true // the acquire script
@@ -273,4 +239,39 @@ func TestWatchTombstoneReadFailsIsNotExpired(t *testing.T) {
 	close(h.release)
 	<-h.done
 	w.ended("k", "")
+}
+
+// poolTakenClient is a client with one connection (PoolSize 1,
+// PoolTimeout 100ms) to addr. The first write that contains match, once
+// armed, lets another goroutine queue for that connection and take it
+// when it is next free (a BLPOP of 1s, whose error goes to the channel
+// returned), so that a command the client sends next (go-redis's re-send,
+// an EVAL after NOSCRIPT) finds the pool taken.
+func poolTakenClient(t *testing.T, addr, match string, armed *atomic.Bool, adjust func(*redis.Options)) (*redis.Client, <-chan error) {
+	t.Helper()
+	var rdb *redis.Client
+	blocked := make(chan error, 1)
+	o := &redis.Options{
+		Addr: addr, ContextTimeoutEnabled: true,
+		PoolSize: 1, PoolTimeout: 100 * time.Millisecond,
+		Dialer: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			var d net.Dialer
+			cn, err := d.DialContext(ctx, network, addr)
+			if err != nil {
+				return nil, err
+			}
+			return &adv29cConn{Conn: cn, armed: armed, match: []byte(match), onWrite: func() {
+				go func() {
+					blocked <- rdb.Do(context.Background(), "blpop", match+":nothing", "1").Err()
+				}()
+				time.Sleep(30 * time.Millisecond)
+			}}, nil
+		},
+	}
+	if adjust != nil {
+		adjust(o)
+	}
+	rdb = redis.NewClient(o)
+	t.Cleanup(func() { rdb.Close() })
+	return rdb, blocked
 }
