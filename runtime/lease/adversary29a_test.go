@@ -242,6 +242,10 @@ func TestAdversary29a_KeptVsWaitersUnderReplyFaultsAndPauses(t *testing.T) {
 			classes["lowvalidity"]++
 		case errors.Is(c.err, lease.ErrDeadline):
 			classes["deadline"]++
+		case errors.Is(c.err, lease.ErrRefused):
+			// Nothing was written before the budget ran out (a paused
+			// server: the connection's dial or handshake did not finish).
+			classes["refused"]++
 		default:
 			classes["other"]++
 			t.Errorf("%s: unexpected error class: %v", c.who, c.err)
