@@ -341,27 +341,7 @@ func TestAdversary29a_NestedHeldUpPastOuterReturn(t *testing.T) {
 	ctx := context.Background()
 	s := lease.Spec{TTL: 5 * time.Second, Deadline: 5 * time.Second, Keep: 10 * time.Second}
 	ns := lease.Spec{TTL: 5 * time.Second, Deadline: time.Second, MinValidity: time.Millisecond}
-	var entered atomic.Bool
-	nested := make(chan error, 1)
-	gate := make(chan struct{})
-	err := c.Do(ctx, key, s, func(fctx context.Context) error {
-		sc := &slowDoneCtx{Context: fctx, waiting: make(chan struct{}), gate: gate}
-		go func() {
-			nested <- c.Do(sc, key, ns, func(context.Context) error {
-				entered.Store(true)
-				return nil
-			})
-		}()
-		select {
-		case <-sc.waiting:
-		case <-time.After(5 * time.Second):
-			t.Error("the nested call never derived its context")
-		}
-		return nil
-	})
-	if err != nil {
-		t.Fatalf("outer call: %v", err)
-	}
+	entered, nested, gate := outerWithHeldUpNested(t, c, key, s, ns)
 	close(gate)
 	nerr := <-nested
 	t.Logf("nested call: entered=%v err=%v", entered.Load(), nerr)
@@ -385,30 +365,9 @@ func TestAdversary29a_NestedHeldUpWhileAnotherClientHolds(t *testing.T) {
 	c, _ := sharedClient(t)
 	b, _ := sharedClient(t)
 	key := uniqueKey(t)
-	ctx := context.Background()
 	s := lease.Spec{TTL: 5 * time.Second, Deadline: 5 * time.Second}
 	ns := lease.Spec{TTL: 5 * time.Second, Deadline: time.Second, MinValidity: time.Millisecond}
-	var entered atomic.Bool
-	nested := make(chan error, 1)
-	gate := make(chan struct{})
-	err := c.Do(ctx, key, s, func(fctx context.Context) error {
-		sc := &slowDoneCtx{Context: fctx, waiting: make(chan struct{}), gate: gate}
-		go func() {
-			nested <- c.Do(sc, key, ns, func(context.Context) error {
-				entered.Store(true)
-				return nil
-			})
-		}()
-		select {
-		case <-sc.waiting:
-		case <-time.After(5 * time.Second):
-			t.Error("the nested call never derived its context")
-		}
-		return nil
-	})
-	if err != nil {
-		t.Fatalf("outer call: %v", err)
-	}
+	entered, nested, gate := outerWithHeldUpNested(t, c, key, s, ns)
 	release := make(chan struct{})
 	held := hold(t, b, key, s, release)
 	close(gate)
@@ -646,4 +605,33 @@ func TestAdversary29a_CloseFromObserverOfKeptRelease(t *testing.T) {
 	if took := time.Since(start); took > time.Second {
 		t.Fatalf("B waited %v for a kept lease released to it", took)
 	}
+}
+
+// outerWithHeldUpNested runs an outer call on key whose function starts a
+// nested call with spec ns and returns once the nested call is held up
+// deriving its context (slowDoneCtx). The nested call goes on when gate is
+// closed; its result arrives on nested, and entered says whether its
+// function ran.
+func outerWithHeldUpNested(t *testing.T, c *lease.Client, key string, s, ns lease.Spec) (entered *atomic.Bool, nested chan error, gate chan struct{}) {
+	t.Helper()
+	entered, nested, gate = new(atomic.Bool), make(chan error, 1), make(chan struct{})
+	err := c.Do(context.Background(), key, s, func(fctx context.Context) error {
+		sc := &slowDoneCtx{Context: fctx, waiting: make(chan struct{}), gate: gate}
+		go func() {
+			nested <- c.Do(sc, key, ns, func(context.Context) error {
+				entered.Store(true)
+				return nil
+			})
+		}()
+		select {
+		case <-sc.waiting:
+		case <-time.After(5 * time.Second):
+			t.Error("the nested call never derived its context")
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("outer call: %v", err)
+	}
+	return entered, nested, gate
 }
