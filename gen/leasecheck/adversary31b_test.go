@@ -1,0 +1,22 @@
+package leasecheck_test
+
+import (
+	"testing"
+
+	"golang.org/x/tools/go/analysis/analysistest"
+
+	"github.com/leasegen/leasegen/gen/leasecheck"
+)
+
+// Adversary round 31b. The testdata packages adv31b* were generated with
+// leasegen in GOPATH mode over testdata (cd testdata/src/adv31bx &&
+// GO111MODULE=off GOPATH=<abs>/testdata leasegen .), as the existing ones.
+
+// Found by round 31b (false negative): a deferred wait counted for every
+// return, also the returns before the defer statement runs; a goroutine
+// started before an early return outlived the lease unreported. Deferred
+// waits registered on every path (before the go statement, or on the
+// path, a deferred func literal too) are still no finding.
+func TestAdversary31bEscapeEarlyReturnBeforeDefer(t *testing.T) {
+	analysistest.Run(t, analysistest.TestData(), leasecheck.Analyzer, "adv31bescdefer")
+}
