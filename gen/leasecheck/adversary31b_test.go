@@ -20,3 +20,10 @@ import (
 func TestAdversary31bEscapeEarlyReturnBeforeDefer(t *testing.T) {
 	analysistest.Run(t, analysistest.TestData(), leasecheck.Analyzer, "adv31bescdefer")
 }
+
+// Found by round 31b (false positive): a fenced function that reads its
+// token through the Lease (lease.FromContext(ctx), then l.Token(), in its
+// body or a helper) was told it never reads one.
+func TestAdversary31bFenceReadThroughLease(t *testing.T) {
+	analysistest.Run(t, analysistest.TestData(), leasecheck.Analyzer, "adv31bfencelease")
+}
