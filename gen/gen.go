@@ -102,14 +102,20 @@ func Generate(cfg Config) ([]File, error) {
 		for _, e := range p.Errors {
 			hasTypeErrors = hasTypeErrors || e.Kind == packages.TypeError
 		}
+		prevDeferred := false
 		for _, e := range p.Errors {
 			if e.Kind == packages.ListError && strings.HasPrefix(e.Msg, "# ") && hasTypeErrors {
 				continue // the compiler's copy of the type errors below
 			}
+			if isContinuation(e) && prevDeferred {
+				continue // a further line of a set-aside error
+			}
 			if qual, name, method := missing(e); name != "" {
 				deferred = append(deferred, deferredErr{e, p, qual, name, method})
+				prevDeferred = true
 				continue
 			}
+			prevDeferred = false
 			compiled = compiled || e.Kind != packages.ListError
 			el.addPackageError(e)
 		}
@@ -481,9 +487,19 @@ func (l *errList) addAll(es []directive.Error) {
 	}
 }
 
+// isContinuation reports that e is a further line of the type error
+// before it.
+func isContinuation(e packages.Error) bool {
+	return e.Kind == packages.TypeError && strings.HasPrefix(e.Msg, "\t")
+}
+
 func (l *errList) addPackageError(e packages.Error) {
 	pos := token.Position{}
 	msg := e.Msg
+	// go/types reports the further lines of an error ("\tother
+	// declaration of x") as errors of their own, right after it: print
+	// them under it, as go build does, not sorted apart.
+	cont := isContinuation(e) && len(l.list) > 0
 	// e.Pos is "file:line:col" (or "file:line", or "-").
 	if e.Pos != "" && e.Pos != "-" {
 		parts := strings.Split(e.Pos, ":")
@@ -495,6 +511,11 @@ func (l *errList) addPackageError(e packages.Error) {
 			fmt.Sscan(parts[2], &pos.Column)
 		}
 		pos.Filename = ShortPath(l.dir, pos.Filename)
+	}
+	if cont {
+		last := l.list[len(l.list)-1]
+		last.Msg += "\n\t" + pos.String() + ": " + msg[1:]
+		return
 	}
 	l.list = append(l.list, &scanner.Error{Pos: pos, Msg: msg})
 }
