@@ -15,6 +15,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -97,7 +98,14 @@ func Generate(cfg Config) ([]File, error) {
 	// generates the missing names; any other error stops generation.
 	var deferred []deferredErr
 	compiled := false // an error beyond loading: the code itself is broken
+	var files []File
+	orphaned := map[*packages.Package]bool{}
 	for _, p := range pkgs {
+		if out := orphanOutput(p, cfg.Output); out != "" {
+			orphaned[p] = true
+			files = append(files, File{Path: out})
+			continue
+		}
 		hasTypeErrors := false
 		for _, e := range p.Errors {
 			hasTypeErrors = hasTypeErrors || e.Kind == packages.TypeError
@@ -124,13 +132,12 @@ func Generate(cfg Config) ([]File, error) {
 		el.list.Sort()
 		return nil, &CompileError{List: el.list, Load: !compiled}
 	}
-	var files []File
 	own := map[string]map[string]bool{} // package path -> names its directives generate
 	for _, p := range pkgs {
 		if cfg.Logf != nil {
 			cfg.Logf("leasegen: %s", p.PkgPath)
 		}
-		if len(p.GoFiles) == 0 && len(p.IgnoredFiles) == 0 {
+		if orphaned[p] || len(p.GoFiles) == 0 && len(p.IgnoredFiles) == 0 {
 			continue
 		}
 		g := newPkgGen(p, fset, el)
@@ -192,7 +199,73 @@ func Generate(cfg Config) ([]File, error) {
 		el.list.Sort()
 		return nil, el.list
 	}
+	for _, out := range orphansBelow(dir, cfg.Patterns, cfg.Output) {
+		if !slices.ContainsFunc(files, func(f File) bool { return f.Path == out }) {
+			files = append(files, File{Path: out})
+		}
+	}
 	return files, nil
+}
+
+// noGoFiles starts go list's error for a directory that the build
+// constraints (here -tags leasegen) leave without Go files.
+const noGoFiles = "build constraints exclude all Go files in "
+
+// orphanOutput returns p's output file when it is all that is left of p:
+// the package's source files were removed (moved to another package),
+// and leasegen's output, which -tags leasegen leaves out, is the only Go
+// file go list saw. The package has no directives left, so the file is to
+// be removed: alone, it does not compile. "" otherwise.
+func orphanOutput(p *packages.Package, output string) string {
+	if len(p.Errors) != 1 || !strings.HasPrefix(p.Errors[0].Msg, noGoFiles) {
+		return ""
+	}
+	for _, f := range p.IgnoredFiles {
+		if filepath.Base(f) == output && isGenerated(f) {
+			return f
+		}
+	}
+	return ""
+}
+
+// orphansBelow finds such outputs (see orphanOutput) in the directories a
+// "dir/..." pattern reaches: go list passes over a directory without Go
+// files, so a named one reports it but "./..." does not. Directories are
+// walked as go list walks them: not those starting with "." or "_",
+// testdata, vendor, or another module's.
+func orphansBelow(dir string, patterns []string, output string) []string {
+	var out []string
+	for _, p := range patterns {
+		root, ok := strings.CutSuffix(p, "/...")
+		if !ok || strings.Contains(root, "...") {
+			continue
+		}
+		if dirs, ok := patternDirs(dir, []string{root}); ok {
+			root = dirs[0]
+		} else {
+			continue // an import path pattern
+		}
+		filepath.WalkDir(root, func(path string, e os.DirEntry, err error) error {
+			if err != nil || !e.IsDir() {
+				return nil
+			}
+			if path != root {
+				name := e.Name()
+				if strings.HasPrefix(name, ".") || strings.HasPrefix(name, "_") || name == "testdata" || name == "vendor" {
+					return filepath.SkipDir
+				}
+				if _, err := os.Stat(filepath.Join(path, "go.mod")); err == nil {
+					return filepath.SkipDir
+				}
+			}
+			f := filepath.Join(path, output)
+			if isGenerated(f) && len(buildFiles(path)) == 0 && !slices.Contains(out, f) {
+				out = append(out, f)
+			}
+			return nil
+		})
+	}
+	return out
 }
 
 // depWrapperNames returns the names of the wrappers and decorator
