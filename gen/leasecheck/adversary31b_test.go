@@ -27,3 +27,9 @@ func TestAdversary31bEscapeEarlyReturnBeforeDefer(t *testing.T) {
 func TestAdversary31bFenceReadThroughLease(t *testing.T) {
 	analysistest.Run(t, analysistest.TestData(), leasecheck.Analyzer, "adv31bfencelease")
 }
+
+// Found by round 31b (false negative): a fan-in loop that continues before
+// its receive on some iterations was taken to receive once per goroutine.
+func TestAdversary31bEscapeFanInContinue(t *testing.T) {
+	analysistest.Run(t, analysistest.TestData(), leasecheck.Analyzer, "adv31bescfanincontinue")
+}
