@@ -389,8 +389,44 @@ func loopWaits(info *types.Info, n ast.Node, sig map[types.Object]bool) bool {
 				return true
 			}
 		}
+		if continues(s) {
+			return false // iterations that continue here skip the wait below
+		}
 	}
 	return false
+}
+
+// continues reports whether s may continue the loop whose body it is in:
+// an unlabelled continue outside the loops nested in s, or any labelled
+// one.
+func continues(s ast.Stmt) bool {
+	found := false
+	var visit func(n ast.Node, nested bool)
+	visit = func(n ast.Node, nested bool) {
+		ast.Inspect(n, func(x ast.Node) bool {
+			switch x := x.(type) {
+			case *ast.FuncLit:
+				return false
+			case *ast.ForStmt, *ast.RangeStmt:
+				if x != n {
+					visit(x, true)
+					return false
+				}
+			case *ast.BranchStmt:
+				if x.Tok == token.CONTINUE && (x.Label != nil || !nested) {
+					found = true
+				}
+			}
+			return !found
+		})
+	}
+	switch s.(type) {
+	case *ast.ForStmt, *ast.RangeStmt:
+		visit(s, true) // a loop of the body: its continues are its own
+	default:
+		visit(s, false)
+	}
+	return found
 }
 
 // waits reports whether n waits on one of sig: receives from such a
