@@ -5,6 +5,8 @@ import (
 	"go/token"
 	"go/types"
 	"os"
+	"path/filepath"
+	"strings"
 
 	"golang.org/x/tools/go/packages"
 
@@ -50,6 +52,9 @@ func CheckPackage(fset *token.FileSet, files []*ast.File, pkg *types.Package, in
 	el := &errList{dir: wd, fset: fset}
 	g := newPkgGen(p, fset, el)
 	m := g.build()
+	if len(m.Wrappers) > 0 || len(m.Decorators) > 0 {
+		g.refuseCgo()
+	}
 	c := &Checked{Problems: el.raw, Protected: g.protected}
 	for _, f := range files {
 		if isGeneratedFile(f) {
@@ -63,4 +68,26 @@ func CheckPackage(fset *token.FileSet, files []*ast.File, pkg *types.Package, in
 		}
 	}
 	return c
+}
+
+// refuseCgo reports, at its first import "C", a package that uses cgo:
+// leasegen refuses it when loading (see load), so an analyzer must not ask
+// for a go generate that would fail.
+func (g *pkgGen) refuseCgo() {
+	var first *ast.ImportSpec
+	var names []string
+	for _, f := range g.files() {
+		for _, imp := range f.Imports {
+			if imp.Path.Value == `"C"` {
+				if first == nil {
+					first = imp
+				}
+				names = append(names, filepath.Base(g.fset.Position(f.Pos()).Filename))
+				break
+			}
+		}
+	}
+	if first != nil {
+		g.errorf(first.Path.Pos(), "package %s uses cgo (%s): leasegen reads packages without cgo; move the leased functions to a package without cgo", g.pkg.PkgPath, strings.Join(names, ", "))
+	}
 }
