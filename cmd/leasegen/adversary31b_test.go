@@ -97,3 +97,36 @@ func mustRead(t *testing.T, path string) string {
 	}
 	return string(b)
 }
+
+// Found by round 31b: a package that uses cgo made leasegen fail ("uses
+// cgo: leasegen reads packages without cgo") even without a directive, so
+// leasegen ./... and -check ./... failed in any module with a cgo package.
+// Only a cgo package with directives is refused.
+func TestAdversary31b_CgoPackageWithoutDirectives(t *testing.T) {
+	dir := setup(t, good)
+	mod := filepath.Dir(dir)
+	cg := filepath.Join(mod, "cg")
+	os.MkdirAll(cg, 0o755)
+	write(t, filepath.Join(cg, "x.go"), "package cg\n\n// int add(int a, int b) { return a + b; }\nimport \"C\"\n\n// Add mentions //lease: in prose only.\nfunc Add() int { return int(C.add(1, 2)) }\n")
+	t.Chdir(mod)
+	if code, _, stderr := leasegen("./..."); code != 0 {
+		t.Fatalf("leasegen ./... = %d: %s", code, stderr)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "lease_gen.go")); err != nil {
+		t.Fatalf("p/lease_gen.go: %v", err)
+	}
+	if code, stdout, stderr := leasegen("-check", "./..."); code != 0 || stdout != "" {
+		t.Errorf("leasegen -check ./... = %d %q %q; want 0 and nothing", code, stdout, stderr)
+	}
+	if code, _, stderr := leasegen("./cg"); code != 0 {
+		t.Errorf("leasegen ./cg = %d: %s", code, stderr)
+	}
+	if _, err := os.Stat(filepath.Join(cg, "lease_gen.go")); !os.IsNotExist(err) {
+		t.Errorf("cg/lease_gen.go written: %v", err)
+	}
+	// With a directive, the package is refused.
+	write(t, filepath.Join(cg, "c.go"), strings.Replace(good, "package p", "package cg", 1))
+	if code, _, stderr := leasegen("./..."); code != 1 || !strings.Contains(stderr, "uses cgo (x.go): leasegen reads packages without cgo") {
+		t.Errorf("leasegen ./... with a directive in the cgo package = %d %q; want 1 and the refusal", code, stderr)
+	}
+}
