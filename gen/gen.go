@@ -137,8 +137,8 @@ func Generate(cfg Config) ([]File, error) {
 		if cfg.Logf != nil {
 			cfg.Logf("leasegen: %s", p.PkgPath)
 		}
-		if orphaned[p] || len(p.GoFiles) == 0 && len(p.IgnoredFiles) == 0 {
-			continue
+		if orphaned[p] || p.Types == nil || len(p.GoFiles) == 0 && len(p.IgnoredFiles) == 0 {
+			continue // (no Types: a cgo package without directives, see load)
 		}
 		g := newPkgGen(p, fset, el)
 		g.tests, g.internalTests = parseTests(fset, filepath.Dir(firstFile(p)), p.Name)
