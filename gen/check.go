@@ -51,6 +51,16 @@ func CheckPackage(fset *token.FileSet, files []*ast.File, pkg *types.Package, in
 	wd, _ := os.Getwd() // positions in messages, as the driver prints its own
 	el := &errList{dir: wd, fset: fset}
 	g := newPkgGen(p, fset, el)
+	// The internal test files' names, as leasegen reads them from the
+	// directory: the rendering must not depend on whether files holds
+	// them (a package's test variant) or not.
+	for _, f := range files {
+		if name := fset.Position(f.Pos()).Filename; !isTestFile(name) && !g.generated[name] {
+			_, internal := parseTests(token.NewFileSet(), filepath.Dir(name), pkg.Name())
+			g.testNames = testDeclNames(internal)
+			break
+		}
+	}
 	m := g.build()
 	if len(m.Wrappers) > 0 || len(m.Decorators) > 0 {
 		g.refuseCgo()

@@ -142,6 +142,7 @@ func Generate(cfg Config) ([]File, error) {
 		}
 		g := newPkgGen(p, fset, el)
 		g.tests, g.internalTests = parseTests(fset, filepath.Dir(firstFile(p)), p.Name)
+		g.testNames = testDeclNames(g.internalTests)
 		m := g.build()
 		own[p.PkgPath] = map[string]bool{}
 		for n := range g.names {
