@@ -214,19 +214,42 @@ const noGoFiles = "build constraints exclude all Go files in "
 
 // orphanOutput returns p's output file when it is all that is left of p:
 // the package's source files were removed (moved to another package),
-// and leasegen's output, which -tags leasegen leaves out, is the only Go
-// file go list saw. The package has no directives left, so the file is to
+// and leasegen's outputs, which -tags leasegen leaves out, are its only
+// Go files. The package has no directives left, so the file is to
 // be removed: alone, it does not compile. "" otherwise.
 func orphanOutput(p *packages.Package, output string) string {
 	if len(p.Errors) != 1 || !strings.HasPrefix(p.Errors[0].Msg, noGoFiles) {
 		return ""
 	}
 	for _, f := range p.IgnoredFiles {
-		if filepath.Base(f) == output && isGenerated(f) {
+		if filepath.Base(f) == output && onlyOutputs(filepath.Dir(f)) {
 			return f
 		}
 	}
 	return ""
+}
+
+// onlyOutputs reports whether every Go file of dir other than its tests,
+// whatever its build constraints, is one leasegen generated: the sources
+// are gone, not merely for another platform or tag (generating there
+// would write the output back).
+func onlyOutputs(dir string) bool {
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return false
+	}
+	found := false
+	for _, e := range ents {
+		name := e.Name()
+		if e.IsDir() || !strings.HasSuffix(name, ".go") || strings.HasSuffix(name, "_test.go") {
+			continue
+		}
+		if !isGenerated(filepath.Join(dir, name)) {
+			return false
+		}
+		found = true
+	}
+	return found
 }
 
 // orphansBelow finds such outputs (see orphanOutput) in the directories a
@@ -260,7 +283,7 @@ func orphansBelow(dir string, patterns []string, output string) []string {
 				}
 			}
 			f := filepath.Join(path, output)
-			if isGenerated(f) && len(buildFiles(path)) == 0 && !slices.Contains(out, f) {
+			if isGenerated(f) && onlyOutputs(path) && !slices.Contains(out, f) {
 				out = append(out, f)
 			}
 			return nil
