@@ -41,3 +41,9 @@ func TestAdversary31bEscapeFanInContinue(t *testing.T) {
 func TestAdversary31bImportNamesOfTestDecls(t *testing.T) {
 	analysistest.Run(t, analysistest.TestData(), leasecheck.Analyzer, "adv31bimporttestdecl")
 }
+
+// Found by round 31b (false negative): TokenFrom on a context derived from
+// the ctx of a lease without fence was not reported (only ctx itself was).
+func TestAdversary31bFenceDerivedContext(t *testing.T) {
+	analysistest.Run(t, analysistest.TestData(), leasecheck.Analyzer, "adv31bfencederived")
+}
