@@ -499,12 +499,13 @@ func checkFence(pass *analysis.Pass, r *reporter, ps []gen.Protected) {
 				Message: fmt.Sprintf("lease: %s's lease mints fencing tokens but it never reads one (lease.TokenFrom, fence.From or Lease.Token): the resource cannot reject stale writes", p.Func.Name())})
 		}
 		if !p.Fence && p.Decl.Body != nil {
+			lctx := leaseContexts(pass.TypesInfo, p.Decl) // ctx and the contexts derived from it
 			ast.Inspect(p.Decl.Body, func(n ast.Node) bool {
 				call, ok := n.(*ast.CallExpr)
 				if !ok {
 					return true
 				}
-				if f, id := calleeFunc(pass.TypesInfo, call); f != nil && isTokenReader(f) && usesParam(pass.TypesInfo, call, p.Decl, 0) {
+				if f, id := calleeFunc(pass.TypesInfo, call); f != nil && isTokenReader(f) && usesAny(pass.TypesInfo, call, lctx) {
 					r.report(analysis.Diagnostic{Pos: id.Pos(), Category: "fence",
 						Message: fmt.Sprintf("lease: %s reads a fencing token but its lease has no fence option: add fence to the directive", p.Func.Name())})
 				}
@@ -512,12 +513,6 @@ func checkFence(pass *analysis.Pass, r *reporter, ps []gen.Protected) {
 			})
 		}
 	}
-}
-
-// usesParam reports whether n mentions the i'th parameter of fd.
-func usesParam(info *types.Info, n ast.Node, fd *ast.FuncDecl, i int) bool {
-	obj := paramObj(info, fd, i)
-	return obj != nil && usesAny(info, n, map[types.Object]bool{obj: true})
 }
 
 func paramObj(info *types.Info, fd *ast.FuncDecl, i int) types.Object {
