@@ -42,6 +42,9 @@ type pkgGen struct {
 	// the external p_test), parsed by leasegen: go test compiles them
 	// with the wrappers (see testClash).
 	internalTests []*ast.File
+	// testNames are the package-level names the internal test files
+	// declare: the generated file must not import a package under one.
+	testNames map[string]bool
 }
 
 func newPkgGen(p *packages.Package, fset *token.FileSet, el *errList) *pkgGen {
@@ -70,6 +73,33 @@ func (g *pkgGen) files() []*ast.File {
 		}
 	}
 	return fs
+}
+
+// testDeclNames returns the package-level names that files declare.
+func testDeclNames(files []*ast.File) map[string]bool {
+	names := map[string]bool{}
+	for _, f := range files {
+		for _, decl := range f.Decls {
+			switch decl := decl.(type) {
+			case *ast.FuncDecl:
+				if decl.Recv == nil {
+					names[decl.Name.Name] = true
+				}
+			case *ast.GenDecl:
+				for _, spec := range decl.Specs {
+					switch spec := spec.(type) {
+					case *ast.TypeSpec:
+						names[spec.Name.Name] = true
+					case *ast.ValueSpec:
+						for _, id := range spec.Names {
+							names[id.Name] = true
+						}
+					}
+				}
+			}
+		}
+	}
+	return names
 }
 
 func isTestFile(name string) bool { return strings.HasSuffix(name, "_test.go") }

@@ -5,6 +5,8 @@ import (
 	"go/token"
 	"go/types"
 	"os"
+	"path/filepath"
+	"strings"
 
 	"golang.org/x/tools/go/packages"
 
@@ -49,7 +51,20 @@ func CheckPackage(fset *token.FileSet, files []*ast.File, pkg *types.Package, in
 	wd, _ := os.Getwd() // positions in messages, as the driver prints its own
 	el := &errList{dir: wd, fset: fset}
 	g := newPkgGen(p, fset, el)
+	// The internal test files' names, as leasegen reads them from the
+	// directory: the rendering must not depend on whether files holds
+	// them (a package's test variant) or not.
+	for _, f := range files {
+		if name := fset.Position(f.Pos()).Filename; !isTestFile(name) && !g.generated[name] {
+			_, internal := parseTests(token.NewFileSet(), filepath.Dir(name), pkg.Name())
+			g.testNames = testDeclNames(internal)
+			break
+		}
+	}
 	m := g.build()
+	if len(m.Wrappers) > 0 || len(m.Decorators) > 0 {
+		g.refuseCgo()
+	}
 	c := &Checked{Problems: el.raw, Protected: g.protected}
 	for _, f := range files {
 		if isGeneratedFile(f) {
@@ -63,4 +78,26 @@ func CheckPackage(fset *token.FileSet, files []*ast.File, pkg *types.Package, in
 		}
 	}
 	return c
+}
+
+// refuseCgo reports, at its first import "C", a package that uses cgo:
+// leasegen refuses it when loading (see load), so an analyzer must not ask
+// for a go generate that would fail.
+func (g *pkgGen) refuseCgo() {
+	var first *ast.ImportSpec
+	var names []string
+	for _, f := range g.files() {
+		for _, imp := range f.Imports {
+			if imp.Path.Value == `"C"` {
+				if first == nil {
+					first = imp
+				}
+				names = append(names, filepath.Base(g.fset.Position(f.Pos()).Filename))
+				break
+			}
+		}
+	}
+	if first != nil {
+		g.errorf(first.Path.Pos(), "package %s uses cgo (%s): leasegen reads packages without cgo; move the leased functions to a package without cgo", g.pkg.PkgPath, strings.Join(names, ", "))
+	}
 }

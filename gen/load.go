@@ -21,6 +21,8 @@ import (
 
 	"golang.org/x/tools/go/gcexportdata"
 	"golang.org/x/tools/go/packages"
+
+	"github.com/leasegen/leasegen/gen/directive"
 )
 
 // load returns the packages matching patterns, type-checked from source.
@@ -100,7 +102,8 @@ func load(dir string, fset *token.FileSet, patterns []string) ([]*packages.Packa
 
 	// The files go list chose, parsed (most of them already are).
 	syntax := map[*packages.Package][]*ast.File{}
-	var missed []string // imports the guess missed
+	var missed []string                     // imports the guess missed
+	cgoOnly := map[*packages.Package]bool{} // cgo packages without directives
 	for _, r := range roots {
 		r.Fset = fset
 		if len(r.Errors) > 0 {
@@ -135,7 +138,12 @@ func load(dir string, fset *token.FileSet, patterns []string) ([]*packages.Packa
 				}
 			}
 		}
-		if len(cgo) > 0 {
+		switch {
+		case len(cgo) > 0 && !hasDirectives(syntax[r]):
+			// Nothing to generate: left unchecked, with no Types (see
+			// Generate), so that ./... passes over it.
+			cgoOnly[r] = true
+		case len(cgo) > 0:
 			r.Errors = append(r.Errors, packages.Error{Pos: "-", Kind: packages.ListError,
 				Msg: fmt.Sprintf("%s uses cgo (%s): leasegen reads packages without cgo", r.PkgPath, strings.Join(cgo, ", "))})
 		}
@@ -157,7 +165,7 @@ func load(dir string, fset *token.FileSet, patterns []string) ([]*packages.Packa
 		return nil, nil, err
 	}
 	for _, r := range roots {
-		if len(r.Errors) > 0 {
+		if len(r.Errors) > 0 || cgoOnly[r] {
 			continue
 		}
 		// An import go list could not provide is reported at the import,
@@ -208,6 +216,21 @@ func load(dir string, fset *token.FileSet, patterns []string) ([]*packages.Packa
 		r.Syntax, r.Types, r.TypesInfo = syntax[r], tpkg, info
 	}
 	return roots, deps, nil
+}
+
+// hasDirectives reports whether a comment of files is a //lease:
+// directive (well formed or not) other than //lease:ignore.
+func hasDirectives(files []*ast.File) bool {
+	for _, f := range files {
+		for _, cg := range f.Comments {
+			for _, c := range cg.List {
+				if d, es := directive.Parse(c.Slash, c.Text); len(es) > 0 || d != nil && d.Name != directive.Ignore {
+					return true
+				}
+			}
+		}
+	}
+	return false
 }
 
 // loadExports lists the export data of packages (import paths), by path,

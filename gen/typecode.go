@@ -30,6 +30,9 @@ func (g *pkgGen) importName(path, name string) string {
 		if _, ok := g.names[s]; ok {
 			return true // a package-level wrapper of this run
 		}
+		if g.testNames[s] {
+			return true // declared by an internal test file, compiled with the output by go test
+		}
 		return g.pkg.Types != nil && g.pkg.Types.Scope().Lookup(s) != nil
 	}
 	unique := name

@@ -217,15 +217,14 @@ func loopKey(n ast.Node) string {
 // loop with the same header whose body waits counts as waiting: it runs
 // as many times, one wait per goroutine (fan-in).
 func awaited(info *types.Info, g *cfg.CFG, body *ast.BlockStmt, st *ast.GoStmt, sig map[types.Object]bool, loop string) bool {
-	// A deferred wait anywhere in the body runs at every return.
-	deferred := false
+	// A deferred wait at the body's top level before the go statement is
+	// registered on every path to a return after it. One after the go
+	// statement (or nested) waits only on the paths that pass it: a return
+	// before it leaves the goroutine running (see the graph walk below).
 	for _, s := range body.List {
-		if d, ok := s.(*ast.DeferStmt); ok && waits(info, d, sig, nil, true) {
-			deferred = true
+		if d, ok := s.(*ast.DeferStmt); ok && d.End() <= st.Pos() && waits(info, d, sig, nil, true) {
+			return true
 		}
-	}
-	if deferred {
-		return true
 	}
 	// The comm statements of a select are evaluated in the block before
 	// the cases: a receive there waits only when every case receives.
@@ -268,7 +267,7 @@ func awaited(info *types.Info, g *cfg.CFG, body *ast.BlockStmt, st *ast.GoStmt, 
 		if spawn == nil || spawn.Pos() <= n.Pos() && n.End() <= spawn.End() {
 			return true
 		}
-		return waitsAll(info, n, sig)
+		return waitsOn(info, n, sig, isDefer(n), false) // waitsAll, into a deferred func
 	}
 	seen := map[*cfg.Block]bool{}
 	// escapes reports whether a path from b.Nodes[from:] reaches an exit
@@ -287,7 +286,8 @@ func awaited(info *types.Info, g *cfg.CFG, body *ast.BlockStmt, st *ast.GoStmt, 
 			}
 		}
 		for _, n := range b.Nodes[from:] {
-			if waits(info, n, sig, selects, false) && counts(n) {
+			// A defer passed on the way runs its wait at the return.
+			if waits(info, n, sig, selects, isDefer(n)) && counts(n) {
 				return false
 			}
 		}
@@ -311,6 +311,11 @@ func awaited(info *types.Info, g *cfg.CFG, body *ast.BlockStmt, st *ast.GoStmt, 
 		return false
 	}
 	return !escapes(start, at)
+}
+
+func isDefer(n ast.Node) bool {
+	_, ok := n.(*ast.DeferStmt)
+	return ok
 }
 
 // enclosingLoop returns the innermost loop around st in body (not crossing
@@ -384,8 +389,44 @@ func loopWaits(info *types.Info, n ast.Node, sig map[types.Object]bool) bool {
 				return true
 			}
 		}
+		if continues(s) {
+			return false // iterations that continue here skip the wait below
+		}
 	}
 	return false
+}
+
+// continues reports whether s may continue the loop whose body it is in:
+// an unlabelled continue outside the loops nested in s, or any labelled
+// one.
+func continues(s ast.Stmt) bool {
+	found := false
+	var visit func(n ast.Node, nested bool)
+	visit = func(n ast.Node, nested bool) {
+		ast.Inspect(n, func(x ast.Node) bool {
+			switch x := x.(type) {
+			case *ast.FuncLit:
+				return false
+			case *ast.ForStmt, *ast.RangeStmt:
+				if x != n {
+					visit(x, true)
+					return false
+				}
+			case *ast.BranchStmt:
+				if x.Tok == token.CONTINUE && (x.Label != nil || !nested) {
+					found = true
+				}
+			}
+			return !found
+		})
+	}
+	switch s.(type) {
+	case *ast.ForStmt, *ast.RangeStmt:
+		visit(s, true) // a loop of the body: its continues are its own
+	default:
+		visit(s, false)
+	}
+	return found
 }
 
 // waits reports whether n waits on one of sig: receives from such a

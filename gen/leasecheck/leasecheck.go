@@ -378,6 +378,23 @@ func isTokenReader(f *types.Func) bool {
 	return false
 }
 
+// isLeaseToken reports whether f is (*lease.Lease).Token: a function
+// that asks the Lease from lease.FromContext for its token reads it too.
+// (checkUnreachedTokens leaves it out: a Lease comes from anywhere, not
+// only from a context.)
+func isLeaseToken(f *types.Func) bool {
+	recv := f.Signature().Recv()
+	if recv == nil || f.Name() != "Token" || f.Pkg() == nil || f.Pkg().Path() != leasePkg {
+		return false
+	}
+	t := recv.Type()
+	if p, ok := t.(*types.Pointer); ok {
+		t = p.Elem()
+	}
+	n, ok := types.Unalias(t).(*types.Named)
+	return ok && n.Obj().Name() == "Lease"
+}
+
 // markTokenReaders exports readsTokenFact for every function of the
 // package that reads the token directly or through calls, to a fixpoint.
 func markTokenReaders(pass *analysis.Pass, generated map[*ast.File]bool) {
@@ -414,7 +431,7 @@ func markTokenReaders(pass *analysis.Pass, generated map[*ast.File]bool) {
 					if passesContext(pass.TypesInfo, call) {
 						x.reads = true
 					}
-				case isTokenReader(callee):
+				case isTokenReader(callee), isLeaseToken(callee):
 					x.reads = true
 				default:
 					// An interface method may be implemented by a reader.
@@ -479,15 +496,16 @@ func checkFence(pass *analysis.Pass, r *reporter, ps []gen.Protected) {
 		// choice, not a forgotten option.
 		if p.Fence && !reads && !p.Leader {
 			r.report(analysis.Diagnostic{Pos: p.Decl.Name.Pos(), Category: "fence",
-				Message: fmt.Sprintf("lease: %s's lease mints fencing tokens but it never reads one (lease.TokenFrom or fence.From): the resource cannot reject stale writes", p.Func.Name())})
+				Message: fmt.Sprintf("lease: %s's lease mints fencing tokens but it never reads one (lease.TokenFrom, fence.From or Lease.Token): the resource cannot reject stale writes", p.Func.Name())})
 		}
 		if !p.Fence && p.Decl.Body != nil {
+			lctx := leaseContexts(pass.TypesInfo, p.Decl) // ctx and the contexts derived from it
 			ast.Inspect(p.Decl.Body, func(n ast.Node) bool {
 				call, ok := n.(*ast.CallExpr)
 				if !ok {
 					return true
 				}
-				if f, id := calleeFunc(pass.TypesInfo, call); f != nil && isTokenReader(f) && usesParam(pass.TypesInfo, call, p.Decl, 0) {
+				if f, id := calleeFunc(pass.TypesInfo, call); f != nil && isTokenReader(f) && usesAny(pass.TypesInfo, call, lctx) {
 					r.report(analysis.Diagnostic{Pos: id.Pos(), Category: "fence",
 						Message: fmt.Sprintf("lease: %s reads a fencing token but its lease has no fence option: add fence to the directive", p.Func.Name())})
 				}
@@ -495,12 +513,6 @@ func checkFence(pass *analysis.Pass, r *reporter, ps []gen.Protected) {
 			})
 		}
 	}
-}
-
-// usesParam reports whether n mentions the i'th parameter of fd.
-func usesParam(info *types.Info, n ast.Node, fd *ast.FuncDecl, i int) bool {
-	obj := paramObj(info, fd, i)
-	return obj != nil && usesAny(info, n, map[types.Object]bool{obj: true})
 }
 
 func paramObj(info *types.Info, fd *ast.FuncDecl, i int) types.Object {

@@ -40,6 +40,8 @@ func (c *Client) Lead(ctx context.Context, key string, spec LeadSpec, fn func(ct
 
 type Lease struct{}
 
+func (l *Lease) Token() Token { return 0 }
+
 var ErrBadKey = errors.New("bad key")
 
 func KeyPart(s string) string                        { return s }
