@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/leasegen/leasegen/runtime/leasetest"
 )
 
@@ -37,5 +39,33 @@ func TestAdversary31c_ACLUserReplacedSurvivesRestart(t *testing.T) {
 	}
 	if err := old.Ping(ctx).Err(); err == nil {
 		t.Error("after Restart the user's first password still works")
+	}
+}
+
+// A proxy that delays replies (SetDelay) simulates a slow server; a test
+// that sets a long delay and ends must not wait that long for the
+// proxy's Close (its Cleanup). Before, Close waited for every delayed
+// chunk's sleep to end: 20 s here.
+func TestAdversary31c_ProxyCloseDoesNotWaitForDelay(t *testing.T) {
+	srv := leasetest.StartRedis(t)
+	p := leasetest.StartProxy(t, srv.Addr())
+	rdb := redis.NewClient(&redis.Options{Addr: p.Addr(), ContextTimeoutEnabled: true, MaxRetries: -1})
+	defer rdb.Close()
+	if err := rdb.Ping(context.Background()).Err(); err != nil {
+		t.Fatal(err)
+	}
+	p.SetDelay(20 * time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	if err := rdb.Ping(ctx).Err(); err == nil {
+		t.Fatal("a reply delayed by 20s arrived within 100ms")
+	}
+	cancel()
+	time.Sleep(50 * time.Millisecond) // the reply is now in the proxy, being delayed
+	start := time.Now()
+	if err := p.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if took := time.Since(start); took > time.Second {
+		t.Fatalf("Proxy.Close took %v with a reply being delayed: it must stop at once", took)
 	}
 }
