@@ -8,6 +8,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net/url"
 	"os"
 	"strings"
 	"time"
@@ -170,14 +171,14 @@ func (c *cli) connect() (*lease.Client, func(), error) {
 	if c.cluster {
 		o, err := redis.ParseClusterURL(c.url)
 		if err != nil {
-			return nil, nil, usagef("-url: %v", err)
+			return nil, nil, c.urlError(err)
 		}
 		o.ContextTimeoutEnabled = true
 		tlsConf, newClient = &o.TLSConfig, func() redis.UniversalClient { return redis.NewClusterClient(o) }
 	} else {
 		o, err := redis.ParseURL(c.url)
 		if err != nil {
-			return nil, nil, usagef("-url: %v", err)
+			return nil, nil, c.urlError(err)
 		}
 		o.ContextTimeoutEnabled = true
 		tlsConf, newClient = &o.TLSConfig, func() redis.UniversalClient { return redis.NewClient(o) }
@@ -218,6 +219,25 @@ func (c *cli) trust(conf **tls.Config) error {
 	}
 	(*conf).RootCAs = pool
 	return nil
+}
+
+// urlError is the usage error for a -url that does not parse, without
+// its password: net/url's errors quote the whole URL. The redacted URL is
+// parsed again for a message that cannot hold the password; if it parses,
+// the password itself was the problem.
+func (c *cli) urlError(err error) error {
+	red := redactURL(c.url)
+	if red == c.url {
+		return usagef("-url: %v", err)
+	}
+	var uerr *url.Error
+	if !errors.As(err, &uerr) {
+		return usagef("-url: %s", strings.ReplaceAll(err.Error(), c.url, red))
+	}
+	if _, perr := url.Parse(red); perr != nil {
+		return usagef("-url: %v", perr)
+	}
+	return usagef("-url %s: the password does not parse in a URL: percent-encode characters such as %%, @, / and :", red)
 }
 
 // redactURL hides the password of a URL for messages.
