@@ -2,6 +2,10 @@ package leasetest_test
 
 import (
 	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -67,5 +71,72 @@ func TestAdversary31c_ProxyCloseDoesNotWaitForDelay(t *testing.T) {
 	}
 	if took := time.Since(start); took > time.Second {
 		t.Fatalf("Proxy.Close took %v with a reply being delayed: it must stop at once", took)
+	}
+}
+
+// fakeServer writes an executable script standing in for redis-server that
+// appends a line to a count file each time it is started, then runs body;
+// it returns the script's path and a func counting the starts.
+func fakeServer(t *testing.T, body string) (string, func() int) {
+	t.Helper()
+	dir := t.TempDir()
+	count := filepath.Join(dir, "starts")
+	bin := filepath.Join(dir, "fake-redis-server")
+	script := "#!/bin/sh\necho start >> " + count + "\n" + body + "\n"
+	if err := os.WriteFile(bin, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return bin, func() int {
+		b, _ := os.ReadFile(count)
+		return strings.Count(string(b), "start")
+	}
+}
+
+// A redis-server that fails to start fails Start with a clear error,
+// promptly, after one attempt, and leaves no files behind. launch retries
+// only what a retry can cure: a port taken between the probe and the
+// bind. Before, a server that started but never answered was waited for
+// five times over (50 s with the default 10 s), each attempt leaving its
+// log file in $TMPDIR, and one that refused its arguments was started five
+// times.
+func TestAdversary31c_FailedStartIsPromptAndClean(t *testing.T) {
+	defer leasetest.SetStartTimeout(time.Second)()
+	hang, hangStarts := fakeServer(t, "exec sleep 30")
+	redisBin, err := exec.LookPath("redis-server")
+	if err != nil {
+		t.Fatal(err)
+	}
+	bad, badStarts := fakeServer(t, "exec "+redisBin+" \"$@\" --no-such-directive 1")
+	for _, tc := range []struct {
+		name, bin string
+		starts    func() int
+		want      string
+	}{
+		{"never answers", hang, hangStarts, "did not answer"},
+		{"refuses its arguments", bad, badStarts, "no-such-directive"},
+	} {
+		tmp := t.TempDir()
+		t.Setenv("TMPDIR", tmp)
+		t.Setenv("LEASETEST_REDIS_SERVER", tc.bin)
+		start := time.Now()
+		s, err := leasetest.Start()
+		took := time.Since(start)
+		if err == nil {
+			s.Stop()
+			t.Fatalf("%s: Start succeeded", tc.name)
+		}
+		if !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: error %q does not say %q", tc.name, err, tc.want)
+		}
+		if n := tc.starts(); n != 1 || took > 3*time.Second {
+			t.Errorf("%s: started %d times, failed after %v; want once, within 3s", tc.name, n, took)
+		}
+		if left, _ := os.ReadDir(tmp); len(left) != 0 {
+			var names []string
+			for _, e := range left {
+				names = append(names, e.Name())
+			}
+			t.Errorf("%s: a failed Start left %q in $TMPDIR", tc.name, names)
+		}
 	}
 }

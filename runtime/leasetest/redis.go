@@ -195,7 +195,7 @@ func (s *Server) start() error {
 
 	rdb := redis.NewClient(&redis.Options{Addr: s.Addr(), TLSConfig: s.TLSConfig(), MaxRetries: -1, DialTimeout: 200 * time.Millisecond})
 	defer rdb.Close()
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(startTimeout)
 	for {
 		// INFO rather than PING: the answer must come from our process, not
 		// from another server that took the port while ours was down.
@@ -223,6 +223,9 @@ func (s *Server) start() error {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// startTimeout bounds the wait for a started server to answer.
+var startTimeout = 10 * time.Second
 
 // Addr returns host:port of the server (its TLS port for a TLS server).
 func (s *Server) Addr() string { return "127.0.0.1:" + strconv.Itoa(s.port) }
