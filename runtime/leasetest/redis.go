@@ -109,9 +109,17 @@ func launch(args []string, setup func(*Server) error) (*Server, error) {
 		}
 		os.RemoveAll(s.dir)
 		releasePort(port)
+		if !errors.Is(lastErr, errPortTaken) {
+			break // another attempt would fail the same way, or wait as long
+		}
 	}
 	return nil, lastErr
 }
+
+// errPortTaken marks a start that failed because another process had the
+// port: the only failure that trying again (on another port, or after the
+// port is freed) can cure.
+var errPortTaken = errors.New("port taken")
 
 // ports are the ports of this process's servers, from their start to
 // Stop, so that no new server takes a port a killed one will restart on,
@@ -207,18 +215,26 @@ func (s *Server) start() error {
 			if pid == strconv.Itoa(cmd.Process.Pid) {
 				return nil
 			}
-			err = fmt.Errorf("port %d is answered by another process (pid %s)", s.port, pid)
+			err = fmt.Errorf("port %d is answered by another process (pid %s): %w", s.port, pid, errPortTaken)
 		}
 		select {
 		case <-exited:
 			log, _ := os.ReadFile(out.Name())
-			os.Remove(out.Name())
+			s.cleanLog()
+			if strings.Contains(string(log), "Address already in use") {
+				return fmt.Errorf("%s on port %d exited (%w): %s", s.bin, s.port, errPortTaken, log)
+			}
 			return fmt.Errorf("%s on port %d exited: %s", s.bin, s.port, log)
 		default:
 		}
 		if time.Now().After(deadline) {
 			s.Kill()
-			return fmt.Errorf("%s on port %d did not answer: %v", s.bin, s.port, err)
+			log, _ := os.ReadFile(out.Name())
+			s.cleanLog()
+			if errors.Is(err, errPortTaken) {
+				return fmt.Errorf("%s on port %d did not answer: %w", s.bin, s.port, err)
+			}
+			return fmt.Errorf("%s on port %d did not answer within %v: %v; its output: %q", s.bin, s.port, startTimeout, err, log)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
@@ -386,8 +402,8 @@ func (s *Server) Restart() error {
 	s.cleanLog()
 	var err error
 	for range 50 { // the port may linger briefly
-		if err = s.start(); err == nil {
-			return nil
+		if err = s.start(); err == nil || !errors.Is(err, errPortTaken) {
+			return err
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
