@@ -1,8 +1,15 @@
 package main
 
 import (
+	"bytes"
+	"context"
 	"strings"
+	"sync"
 	"testing"
+	"time"
+
+	"github.com/leasegen/leasegen/runtime/lease"
+	"github.com/leasegen/leasegen/runtime/leasetest"
 )
 
 // leasectl hides the password of -url (and $REDIS_URL) in its messages
@@ -34,5 +41,66 @@ func TestAdversary31c_MalformedURLHidesPassword(t *testing.T) {
 				t.Errorf("%q: the password is in the output:\nstdout %q\nstderr %q", args, out, errOut)
 			}
 		}
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe for a writer and a reader in two
+// goroutines.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// -timeout bounds "each request to Redis", for every command. watch runs
+// until -for or Ctrl-C, but its requests (the listings every -interval,
+// the look at a key after its notification) are requests too: a server
+// that stops answering mid-watch must end the watch with exit status 1
+// and a message within about -timeout. Before, watch's requests were
+// bounded only by go-redis's own read timeout and its retries (3 s each,
+// and more with read_timeout=-1 in the URL), whatever -timeout said.
+func TestAdversary31c_WatchHonoursTimeoutWhenServerStops(t *testing.T) {
+	srv := leasetest.StartRedis(t)
+	c, err := lease.New(srv.Client(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	a17Hold(t, c, "w31:1", lease.Spec{TTL: 20 * time.Second, Deadline: time.Minute})
+	var out, errOut syncBuffer
+	done := make(chan int, 1)
+	go func() {
+		done <- run(context.Background(), []string{"watch", "-url", srv.URL(), "-timeout", "300ms", "-interval", "100ms", "-for", "20s"},
+			strings.NewReader(""), &out, &errOut, func(string) string { return "" })
+	}()
+	for deadline := time.Now().Add(3 * time.Second); !strings.Contains(out.String(), "w31:1"); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("watch did not show the held lease in 3s: stdout %q stderr %q", out.String(), errOut.String())
+		}
+	}
+	srv.Pause()
+	defer srv.Resume()
+	paused := time.Now()
+	select {
+	case code := <-done:
+		took := time.Since(paused)
+		if code != exitFailure || !strings.Contains(errOut.String(), "leasectl watch:") || took > 1500*time.Millisecond {
+			t.Errorf("watch with -timeout 300ms ended %v after the server stopped answering, exit %d, stderr %q; want exit 1 with a message within about -timeout", took, code, errOut.String())
+		}
+	case <-time.After(4 * time.Second):
+		srv.Resume()
+		code := <-done
+		t.Errorf("watch with -timeout 300ms still running 4s after the server stopped answering (then exit %d, stderr %q)", code, errOut.String())
 	}
 }
