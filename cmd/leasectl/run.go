@@ -187,6 +187,14 @@ func (c *cli) connect() (*lease.Client, func(), error) {
 		return nil, nil, err
 	}
 	rdb := newClient()
+	// Every request is bounded by -timeout, retries included, also those
+	// that watch makes under its own context, which lasts until -for or
+	// Ctrl-C: a server that stops answering ends the watch with an error.
+	h := timeoutHook{c.timeout}
+	rdb.AddHook(h)
+	if cc, ok := rdb.(*redis.ClusterClient); ok {
+		cc.OnNewNode(func(n *redis.Client) { n.AddHook(h) }) // List scans each master through its own client
+	}
 	ctx, cancel := context.WithTimeout(c.ctx, c.timeout)
 	defer cancel()
 	if err := rdb.Ping(ctx).Err(); err != nil {
@@ -257,6 +265,27 @@ func redactURL(u string) string {
 // call bounds one request (or a short sequence) by -timeout.
 func (c *cli) call() (context.Context, context.CancelFunc) {
 	return context.WithTimeout(c.ctx, c.timeout)
+}
+
+// timeoutHook bounds each command and pipeline by d (see connect).
+type timeoutHook struct{ d time.Duration }
+
+func (timeoutHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h timeoutHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		ctx, cancel := context.WithTimeout(ctx, h.d)
+		defer cancel()
+		return next(ctx, cmd)
+	}
+}
+
+func (h timeoutHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		ctx, cancel := context.WithTimeout(ctx, h.d)
+		defer cancel()
+		return next(ctx, cmds)
+	}
 }
 
 type quiet struct{}
