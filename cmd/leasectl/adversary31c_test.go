@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -102,5 +103,50 @@ func TestAdversary31c_WatchHonoursTimeoutWhenServerStops(t *testing.T) {
 		srv.Resume()
 		code := <-done
 		t.Errorf("watch with -timeout 300ms still running 4s after the server stopped answering (then exit %d, stderr %q)", code, errOut.String())
+	}
+}
+
+// list prints "one line per held lease", show one line per field and watch
+// one line per change. A key is any string: one with a newline or a tab
+// (a key template fed a request's value) must not break those lines, nor
+// let the key's text pass for another lease's line, with a holder an
+// operator might then release. Keys with control characters are shown
+// quoted (as release's messages already quote keys); so is a key that
+// begins with a quote, so that no key can look like another's quoted form.
+func TestAdversary31c_TextOutputOneLinePerLease(t *testing.T) {
+	srv := leasetest.StartRedis(t)
+	c, err := lease.New(srv.Client(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	forged := "orders:42  0123456789abcdef0123456789abcdef  1  29.9s  -  0"
+	keys := []string{"evil\n" + forged, "tab\there", `"quoted"`}
+	for _, k := range keys {
+		a17Hold(t, c, k, lease.Spec{TTL: 20 * time.Second, Deadline: time.Minute})
+	}
+	code, out, errOut := leasectl(t, "", "list", "-url", srv.URL())
+	lines := strings.Split(strings.TrimRight(out, "\n"), "\n")
+	if code != 0 || len(lines) != 1+len(keys) {
+		t.Errorf("list: exit %d, %d lines for %d leases:\n%s\nstderr %q", code, len(lines), len(keys), out, errOut)
+	}
+	if !strings.Contains(out, strconv.Quote(keys[0])) {
+		t.Errorf("list does not show the key %q quoted:\n%s", keys[0], out)
+	}
+	for _, l := range lines {
+		if strings.HasPrefix(l, "orders:42") {
+			t.Errorf("list shows a line for a lease nobody holds, made of a key's text: %q", l)
+		}
+	}
+	for _, k := range keys {
+		code, out, errOut := leasectl(t, "", "show", "-url", srv.URL(), "--", k)
+		if n := strings.Count(out, "\n"); code != 0 || n != 7 || strings.Contains(out, "\norders:42") {
+			t.Errorf("show %q: exit %d, %d lines (want 7):\n%s\nstderr %q", k, code, n, out, errOut)
+		}
+	}
+	code, out, errOut = leasectl(t, "", "watch", "-url", srv.URL(), "-for", "300ms")
+	lines = strings.Split(strings.TrimRight(out, "\n"), "\n")
+	if code != 0 || len(lines) != len(keys) {
+		t.Errorf("watch: exit %d, %d lines for %d held leases:\n%s\nstderr %q", code, len(lines), len(keys), out, errOut)
 	}
 }
