@@ -150,3 +150,37 @@ func TestAdversary31c_TextOutputOneLinePerLease(t *testing.T) {
 		t.Errorf("watch: exit %d, %d lines for %d held leases:\n%s\nstderr %q", code, len(lines), len(keys), out, errOut)
 	}
 }
+
+// Exit status 2 is for usage mistakes. A -timeout that is not positive
+// bounds every request to nothing: leasectl must say the flag is wrong,
+// not "cannot reach Redis" (exit 1) about a server that answers. A
+// negative -for is no duration to watch for either; it must not mean
+// "until interrupted", as the default does.
+func TestAdversary31c_BadDurationsAreUsageErrors(t *testing.T) {
+	srv := leasetest.StartRedis(t)
+	for _, args := range [][]string{
+		{"list", "-timeout", "0"},
+		{"show", "-timeout", "-1s", "k"},
+		{"release", "-timeout", "0", "-yes", "k"},
+		{"watch", "-timeout", "0", "-for", "1s"},
+		{"watch", "-for", "-1s"},
+	} {
+		args = append([]string{args[0], "-url", srv.URL()}, args[1:]...)
+		done := make(chan struct{})
+		var code int
+		var errOut string
+		go func() {
+			code, _, errOut = leasectl(t, "", args...)
+			close(done)
+		}()
+		select {
+		case <-done:
+		case <-time.After(3 * time.Second):
+			t.Fatalf("%q still running after 3s", args)
+		}
+		flagName := args[3]
+		if code != exitUsage || !strings.Contains(errOut, flagName) || strings.Contains(errOut, "cannot reach") {
+			t.Errorf("%q: exit %d, stderr %q; want exit 2 naming %s", args, code, errOut, flagName)
+		}
+	}
+}
