@@ -238,6 +238,9 @@ by default, cost every write, and are per node on a Cluster.`,
 		if every <= 0 {
 			return usagef("-interval %v: need a positive duration", every)
 		}
+		if limit < 0 {
+			return usagef("-for %v: need a positive duration (or none: until interrupted)", limit)
+		}
 		lc, closeFn, err := c.connect()
 		if err != nil {
 			return err

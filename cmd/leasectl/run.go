@@ -156,6 +156,9 @@ func (c *cli) connFlags(fs *flag.FlagSet) {
 // connect returns a lease client on the deployment the flags name, after
 // a PING; close it with the returned func.
 func (c *cli) connect() (*lease.Client, func(), error) {
+	if c.timeout <= 0 {
+		return nil, nil, usagef("-timeout %v: need a positive duration", c.timeout)
+	}
 	if c.url == "" {
 		c.url = c.getenv("REDIS_URL")
 	}
