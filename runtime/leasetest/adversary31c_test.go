@@ -2,6 +2,7 @@ package leasetest_test
 
 import (
 	"context"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -138,5 +139,32 @@ func TestAdversary31c_FailedStartIsPromptAndClean(t *testing.T) {
 			}
 			t.Errorf("%s: a failed Start left %q in $TMPDIR", tc.name, names)
 		}
+	}
+}
+
+// Restart retries while another process has the server's port (the
+// failure a retry can cure), and a restarted server is ours: it answers
+// with its data gone.
+func TestAdversary31c_RestartWaitsForItsPort(t *testing.T) {
+	srv := leasetest.StartRedis(t)
+	srv.Kill()
+	ln, err := net.Listen("tcp", srv.Addr())
+	if err != nil {
+		t.Fatalf("take the killed server's port: %v", err)
+	}
+	go func() {
+		time.Sleep(300 * time.Millisecond)
+		ln.Close()
+	}()
+	start := time.Now()
+	if err := srv.Restart(); err != nil {
+		t.Fatalf("Restart while the port was taken for 300ms: %v", err)
+	}
+	if took := time.Since(start); took < 250*time.Millisecond {
+		t.Errorf("Restart succeeded after %v, while another process had the port", took)
+	}
+	rdb := srv.Client(t)
+	if err := rdb.Ping(context.Background()).Err(); err != nil {
+		t.Fatal(err)
 	}
 }
