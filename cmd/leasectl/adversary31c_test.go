@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"io"
 	"strconv"
 	"strings"
 	"sync"
@@ -226,5 +227,51 @@ func TestAdversary31c_ClusterOneMasterPaused(t *testing.T) {
 		if code != exitFailure || took > 3*time.Second || !strings.Contains(errOut, "leasectl "+args[0]+":") {
 			t.Errorf("%q with a master paused: exit %d after %v\nstdout %q\nstderr %q\nwant exit 1 within 3s", args, code, took, out, errOut)
 		}
+	}
+}
+
+// Ctrl-C at release's "Type yes to confirm:" must abort: leasectl catches
+// SIGINT (to end watch cleanly), so nothing else would end a process
+// blocked reading the answer. run's context stands for the signal here.
+// Before, release went on waiting for input after the interrupt.
+func TestAdversary31c_InterruptAtConfirmationAborts(t *testing.T) {
+	srv := leasetest.StartRedis(t)
+	c, err := lease.New(srv.Client(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	h := a17Hold(t, c, "ci:1", lease.Spec{TTL: 20 * time.Second, Deadline: time.Minute})
+	stdin, w := io.Pipe() // an operator who has not answered yet
+	defer w.Close()
+	ctx, interrupt := context.WithCancel(context.Background())
+	var errOut syncBuffer
+	done := make(chan int, 1)
+	go func() {
+		done <- run(ctx, []string{"release", "-url", srv.URL(), "ci:1"}, stdin, io.Discard, &errOut, func(string) string { return "" })
+	}()
+	for deadline := time.Now().Add(3 * time.Second); !strings.Contains(errOut.String(), "Type yes"); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no confirmation asked in 3s: %q", errOut.String())
+		}
+	}
+	interrupt()
+	select {
+	case code := <-done:
+		if code != exitFailure || !strings.Contains(errOut.String(), "nothing released") {
+			t.Errorf("release interrupted at the confirmation: exit %d, stderr %q; want exit 1, nothing released", code, errOut.String())
+		}
+	case <-time.After(2 * time.Second):
+		w.Close()
+		<-done
+		t.Fatal("release still waiting for an answer 2s after the interrupt")
+	}
+	if info, err := c.Inspect(context.Background(), "ci:1"); err != nil || info.Holder == "" {
+		t.Errorf("after the interrupted release: %+v, %v; want the lease still held", info, err)
+	}
+	select {
+	case cause := <-h.cause:
+		t.Errorf("the holder was told %v", cause)
+	default:
 	}
 }
