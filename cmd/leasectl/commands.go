@@ -167,7 +167,25 @@ has its hold ended; the waiters race for it.`,
 		printInfo(c.stdout, info)
 		if !c.yes {
 			fmt.Fprintf(c.stderr, "\nForce-release %q from holder %s? Its work will be told it lost the lease.\nType yes to confirm: ", key, info.Holder)
-			answer, err := bufio.NewReader(c.stdin).ReadString('\n')
+			// Read aside: an interrupt (leasectl catches SIGINT, ending
+			// c.ctx) must abort the question, not wait for an answer.
+			type reply struct {
+				text string
+				err  error
+			}
+			replies := make(chan reply, 1)
+			go func() {
+				text, err := bufio.NewReader(c.stdin).ReadString('\n')
+				replies <- reply{text, err}
+			}()
+			var answer string
+			select {
+			case <-c.ctx.Done():
+				fmt.Fprintln(c.stderr)
+				return errors.New("interrupted: nothing released")
+			case r := <-replies:
+				answer, err = r.text, r.err
+			}
 			if strings.TrimSpace(answer) != "yes" {
 				if err != nil && !errors.Is(err, io.EOF) {
 					return err
