@@ -275,3 +275,43 @@ func TestAdversary31c_InterruptAtConfirmationAborts(t *testing.T) {
 	default:
 	}
 }
+
+// When one master of a Cluster is stuck, an operator still shows (and
+// releases) leases on the others: leasectl's first check that it can
+// reach Redis must not depend on that master. Before, the check was a
+// PING that the Cluster client sends to a random master: a third of the
+// runs of show on a healthy master's key failed with "cannot reach Redis"
+// naming the whole Cluster.
+func TestAdversary31c_ClusterShowLiveKeyWithMasterPaused(t *testing.T) {
+	cl := leasetest.StartCluster(t, 3)
+	addrs := cl.Addrs()
+	url := "redis://" + addrs[0] + "?addr=" + strings.Join(addrs[1:], "&addr=")
+	c, err := lease.New(cl.Client(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx := context.Background()
+	stuck, err := cl.MasterForKey(ctx, "lease:{stuck}:l")
+	if err != nil {
+		t.Fatal(err)
+	}
+	live := ""
+	for i := 0; live == ""; i++ {
+		k := "live:" + strconv.Itoa(i)
+		if m, err := cl.MasterForKey(ctx, "lease:{"+k+"}:l"); err != nil {
+			t.Fatal(err)
+		} else if m != stuck {
+			live = k
+		}
+	}
+	a17Hold(t, c, live, lease.Spec{TTL: 20 * time.Second, Deadline: time.Minute})
+	stuck.Pause()
+	defer stuck.Resume()
+	for i := range 10 {
+		code, out, errOut := leasectl(t, "", "show", "-cluster", "-url", url, "-timeout", "500ms", live)
+		if code != 0 || !strings.Contains(out, "holder") {
+			t.Fatalf("run %d: show %q on a live master while %s is stopped: exit %d\nstdout %q\nstderr %q", i, live, stuck.Addr(), code, out, errOut)
+		}
+	}
+}
