@@ -319,3 +319,24 @@ func TestAdversary31c_ClusterShowLiveKeyWithMasterPaused(t *testing.T) {
 		}
 	}
 }
+
+// "cannot reach Redis at URL" names the URL the operator gave, password
+// hidden. An "@" after the host (a client_name such as ops@laptop) is no
+// user info: before, the message cut the URL at the last "@" and showed
+// "redis://127.0.0.1:xxxxx@laptop", a host that was never asked, or, with
+// a password, hid the host and the seeds behind it.
+func TestAdversary31c_UnreachableURLShownFaithfully(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"list", "-url", "redis://127.0.0.1:1/0?client_name=ops@laptop"}, "redis://127.0.0.1:1/0?client_name=ops@laptop"},
+		{[]string{"list", "-url", "redis://ops:Sup3rS3cret@127.0.0.1:1/0?client_name=ops@laptop"}, "redis://ops:xxxxx@127.0.0.1:1/0?client_name=ops@laptop"},
+		{[]string{"list", "-cluster", "-url", "redis://ops:Sup3rS3cret@127.0.0.1:1?addr=127.0.0.1:2&client_name=a@b"}, "redis://ops:xxxxx@127.0.0.1:1?addr=127.0.0.1:2&client_name=a@b"},
+	} {
+		code, _, errOut := leasectl(t, "", tc.args...)
+		if code != exitFailure || !strings.Contains(errOut, "cannot reach Redis at "+tc.want+":") || strings.Contains(errOut, "S3cret") {
+			t.Errorf("%q: exit %d, stderr %q; want exit 1 naming %s", tc.args, code, errOut, tc.want)
+		}
+	}
+}
