@@ -312,8 +312,13 @@ func (c *cli) urlError(err error) error {
 	return usagef("-url %s: the password does not parse in a URL: percent-encode characters such as %%, @, / and :", red)
 }
 
-// redactURL hides the password of a URL for messages.
+// redactURL hides the password of a URL for messages: net/url's
+// Redacted when the URL parses (an "@" in the query is no user info),
+// else everything before the last "@" but the user name.
 func redactURL(u string) string {
+	if p, err := url.Parse(u); err == nil {
+		return p.Redacted()
+	}
 	scheme, rest, ok := strings.Cut(u, "://")
 	if !ok {
 		return u
