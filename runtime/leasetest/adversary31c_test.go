@@ -168,3 +168,36 @@ func TestAdversary31c_RestartWaitsForItsPort(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// StartRedis passes extra arguments to redis-server; "--requirepass" is
+// one a test of authenticated clients needs. The helpers' own connections
+// (the readiness check, SetConfig, ACLUser) and Client authenticate with
+// it. Before, the readiness check got NOAUTH until it gave up: StartRedis
+// failed after 10 s (50 s before this round's retry fix).
+func TestAdversary31c_RequirepassServerStarts(t *testing.T) {
+	start := time.Now()
+	srv, err := leasetest.Start("--requirepass", "pw")
+	if err != nil {
+		t.Fatalf("Start with --requirepass after %v: %v", time.Since(start), err)
+	}
+	defer srv.Stop()
+	ctx := context.Background()
+	rdb := srv.Client(t)
+	if err := rdb.Ping(ctx).Err(); err != nil {
+		t.Fatalf("Client of a --requirepass server: %v", err)
+	}
+	if err := srv.SetConfig(ctx, "maxmemory", "64mb"); err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	if err := rdb.Ping(ctx).Err(); err != nil {
+		t.Fatalf("after Restart: %v", err)
+	}
+	anon := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+	defer anon.Close()
+	if err := anon.Ping(ctx).Err(); err == nil {
+		t.Error("a client without the password is let in: --requirepass was not applied")
+	}
+}
