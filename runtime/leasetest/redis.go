@@ -50,7 +50,8 @@ type Server struct {
 
 // StartRedis starts a redis-server without persistence on a free loopback
 // port and stops it when the test ends. Extra arguments are passed to
-// redis-server (for example "--maxmemory", "10mb").
+// redis-server (for example "--maxmemory", "10mb"; with "--requirepass",
+// the helpers' own connections and Client authenticate).
 func StartRedis(t testing.TB, args ...string) *Server {
 	t.Helper()
 	s, err := Start(args...)
@@ -201,7 +202,7 @@ func (s *Server) start() error {
 	s.cmd, s.exited, s.log, s.paused = cmd, exited, out.Name(), false
 	s.mu.Unlock()
 
-	rdb := redis.NewClient(&redis.Options{Addr: s.Addr(), TLSConfig: s.TLSConfig(), MaxRetries: -1, DialTimeout: 200 * time.Millisecond})
+	rdb := redis.NewClient(&redis.Options{Addr: s.Addr(), TLSConfig: s.TLSConfig(), Password: passwordIn(extra), MaxRetries: -1, DialTimeout: 200 * time.Millisecond})
 	defer rdb.Close()
 	deadline := time.Now().Add(startTimeout)
 	for {
@@ -251,10 +252,14 @@ func (s *Server) Port() int { return s.port }
 
 // Client returns a go-redis client for the server, closed when the test
 // ends, with ContextTimeoutEnabled set (lease.New requires it). Options may
-// adjust the defaults (address, and TLS for a TLS server, already set).
+// adjust the defaults (address, TLS for a TLS server, and the password of
+// a server started with --requirepass, already set).
 func (s *Server) Client(t testing.TB, adjust ...func(*redis.Options)) *redis.Client {
 	t.Helper()
-	o := &redis.Options{Addr: s.Addr(), TLSConfig: s.TLSConfig(), ContextTimeoutEnabled: true}
+	s.mu.Lock()
+	pw := passwordIn(s.args)
+	s.mu.Unlock()
+	o := &redis.Options{Addr: s.Addr(), TLSConfig: s.TLSConfig(), Password: pw, ContextTimeoutEnabled: true}
 	for _, f := range adjust {
 		f(o)
 	}
@@ -263,11 +268,24 @@ func (s *Server) Client(t testing.TB, adjust ...func(*redis.Options)) *redis.Cli
 	return rdb
 }
 
+// passwordIn returns the default user's password that args give the
+// server (the last --requirepass), for the helpers' own connections and
+// Client; "" for none.
+func passwordIn(args []string) string {
+	pw := ""
+	for i := 0; i+1 < len(args); i++ {
+		if args[i] == "--requirepass" {
+			pw = args[i+1]
+		}
+	}
+	return pw
+}
+
 // ensureAdmin makes the helpers' own client (s.mu held).
 func (s *Server) ensureAdmin() {
 	if s.admin == nil {
 		s.admin = redis.NewClient(&redis.Options{
-			Addr: s.Addr(), TLSConfig: s.TLSConfig(), Protocol: 2,
+			Addr: s.Addr(), TLSConfig: s.TLSConfig(), Password: passwordIn(s.args), Protocol: 2,
 			MaxRetries: -1, DialTimeout: time.Second, ContextTimeoutEnabled: true, PoolSize: 2,
 		})
 	}
