@@ -2,11 +2,14 @@ package leasetest_test
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -199,5 +202,68 @@ func TestAdversary31c_RequirepassServerStarts(t *testing.T) {
 	defer anon.Close()
 	if err := anon.Ping(ctx).Err(); err == nil {
 		t.Error("a client without the password is let in: --requirepass was not applied")
+	}
+}
+
+// A test that fails (t.Fatal) with a server paused and a proxy delaying
+// replies still stops them: no redis-server left running, no log file or
+// directory left in $TMPDIR, and the failed test ends at once (the
+// proxy's delay is not waited out). The test runs in a child process.
+func TestAdversary31c_FailedTestCleansUp(t *testing.T) {
+	if os.Getenv("LEASETEST_A31C_CHILD") == "1" {
+		srv := leasetest.StartRedis(t)
+		p := leasetest.StartProxy(t, srv.Addr())
+		rdb := redis.NewClient(&redis.Options{Addr: p.Addr(), ContextTimeoutEnabled: true, MaxRetries: -1})
+		defer rdb.Close()
+		if err := rdb.Ping(context.Background()).Err(); err != nil {
+			t.Fatal(err)
+		}
+		p.SetDelay(time.Minute)
+		ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+		_ = rdb.Ping(ctx)
+		cancel()
+		info, err := srv.Client(t).Info(context.Background(), "server").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, l := range strings.Split(info, "\n") {
+			if v, ok := strings.CutPrefix(strings.TrimSpace(l), "process_id:"); ok {
+				fmt.Fprintln(os.Stderr, "pid", v)
+			}
+		}
+		srv.Pause()
+		t.Fatal("failing on purpose")
+	}
+	tmp := t.TempDir()
+	cmd := exec.Command(os.Args[0], "-test.run=^TestAdversary31c_FailedTestCleansUp$", "-test.count=1")
+	cmd.Env = append(os.Environ(), "LEASETEST_A31C_CHILD=1", "TMPDIR="+tmp)
+	start := time.Now()
+	out, err := cmd.CombinedOutput()
+	took := time.Since(start)
+	if err == nil || !strings.Contains(string(out), "failing on purpose") {
+		t.Fatalf("the child test did not fail as planned: %v\n%s", err, out)
+	}
+	if took > 5*time.Second {
+		t.Errorf("the failed test took %v to end", took)
+	}
+	pid := 0
+	for _, l := range strings.Split(string(out), "\n") {
+		if rest, ok := strings.CutPrefix(strings.TrimSpace(l), "pid "); ok {
+			pid, _ = strconv.Atoi(rest)
+		}
+	}
+	if pid <= 0 {
+		t.Fatalf("the child did not report its server's pid:\n%s", out)
+	}
+	if syscall.Kill(pid, 0) == nil {
+		_ = syscall.Kill(pid, syscall.SIGKILL) // ours: the child started it
+		t.Errorf("the server (pid %d) of the failed test is still running", pid)
+	}
+	if left, _ := os.ReadDir(tmp); len(left) != 0 {
+		var names []string
+		for _, e := range left {
+			names = append(names, e.Name())
+		}
+		t.Errorf("the failed test left %q in $TMPDIR", names)
 	}
 }
