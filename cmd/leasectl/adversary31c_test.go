@@ -340,3 +340,15 @@ func TestAdversary31c_UnreachableURLShownFaithfully(t *testing.T) {
 		}
 	}
 }
+
+// A -prefix that no service can use (lease.WithPrefix refuses '{' and
+// '}') is a usage mistake: exit 2, naming -prefix, before connecting.
+// Before, leasectl connected and then failed with exit 1.
+func TestAdversary31c_BadPrefixIsUsageError(t *testing.T) {
+	for _, p := range []string{"a{", "x}", "{lease}:"} {
+		code, _, errOut := leasectl(t, "", "list", "-url", "redis://127.0.0.1:1", "-prefix", p)
+		if code != exitUsage || !strings.Contains(errOut, "-prefix") || strings.Contains(errOut, "cannot reach") {
+			t.Errorf("list -prefix %q: exit %d, stderr %q; want exit 2 naming -prefix, before connecting", p, code, errOut)
+		}
+	}
+}
