@@ -159,6 +159,9 @@ func (c *cli) connect() (*lease.Client, func(), error) {
 	if c.timeout <= 0 {
 		return nil, nil, usagef("-timeout %v: need a positive duration", c.timeout)
 	}
+	if strings.ContainsAny(c.prefix, "{}") { // as lease.WithPrefix
+		return nil, nil, usagef("-prefix %q: a prefix must not contain '{' or '}'", c.prefix)
+	}
 	if c.url == "" {
 		c.url = c.getenv("REDIS_URL")
 	}
