@@ -8,9 +8,12 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/leasegen/leasegen/runtime/lease"
 )
@@ -64,7 +67,7 @@ It uses SCAN, never KEYS, and scans every master of a Cluster.`,
 				if info.TTL < 0 {
 					left = "none"
 				}
-				fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%d\n", info.Key, info.Holder, info.Token, left, hold, len(info.Waiters))
+				fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%d\n", shown(info.Key), shown(info.Holder), info.Token, left, hold, len(info.Waiters))
 				n++
 			}
 			if cursor = next; cursor == "" {
@@ -164,7 +167,25 @@ has its hold ended; the waiters race for it.`,
 		printInfo(c.stdout, info)
 		if !c.yes {
 			fmt.Fprintf(c.stderr, "\nForce-release %q from holder %s? Its work will be told it lost the lease.\nType yes to confirm: ", key, info.Holder)
-			answer, err := bufio.NewReader(c.stdin).ReadString('\n')
+			// Read aside: an interrupt (leasectl catches SIGINT, ending
+			// c.ctx) must abort the question, not wait for an answer.
+			type reply struct {
+				text string
+				err  error
+			}
+			replies := make(chan reply, 1)
+			go func() {
+				text, err := bufio.NewReader(c.stdin).ReadString('\n')
+				replies <- reply{text, err}
+			}()
+			var answer string
+			select {
+			case <-c.ctx.Done():
+				fmt.Fprintln(c.stderr)
+				return errors.New("interrupted: nothing released")
+			case r := <-replies:
+				answer, err = r.text, r.err
+			}
 			if strings.TrimSpace(answer) != "yes" {
 				if err != nil && !errors.Is(err, io.EOF) {
 					return err
@@ -235,6 +256,9 @@ by default, cost every write, and are per node on a Cluster.`,
 		if every <= 0 {
 			return usagef("-interval %v: need a positive duration", every)
 		}
+		if limit < 0 {
+			return usagef("-for %v: need a positive duration (or none: until interrupted)", limit)
+		}
 		lc, closeFn, err := c.connect()
 		if err != nil {
 			return err
@@ -272,7 +296,7 @@ by default, cost every write, and are per node on a Cluster.`,
 // changeLine is one line of watch's output.
 func changeLine(ch lease.Change) string {
 	i := ch.Info
-	s := fmt.Sprintf("%s  %-8s %s  holder=%s token=%d", ch.At.Format("15:04:05.000"), ch.Kind, i.Key, i.Holder, i.Token)
+	s := fmt.Sprintf("%s  %-8s %s  holder=%s token=%d", ch.At.Format("15:04:05.000"), ch.Kind, shown(i.Key), shown(i.Holder), i.Token)
 	switch ch.Kind {
 	case lease.ChangeHeld, lease.ChangeGranted:
 		s += " ttl=" + ttl(i.TTL)
@@ -295,14 +319,14 @@ func changeLine(ch lease.Change) string {
 func printInfo(w io.Writer, info lease.Info) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	defer tw.Flush()
-	fmt.Fprintf(tw, "key\t%s\n", info.Key)
+	fmt.Fprintf(tw, "key\t%s\n", shown(info.Key))
 	if info.Free() {
 		fmt.Fprintf(tw, "holder\t- (free)\n")
 	} else {
-		fmt.Fprintf(tw, "holder\t%s\n", info.Holder)
+		fmt.Fprintf(tw, "holder\t%s\n", shown(info.Holder))
 		owner := "- (none stored)"
 		if info.Owner != "" {
-			owner = info.Owner
+			owner = shown(info.Owner)
 		}
 		fmt.Fprintf(tw, "owner\t%s\n", owner)
 		tok := fmt.Sprint(info.Token)
@@ -332,6 +356,18 @@ func printInfo(w io.Writer, info lease.Info) {
 		}
 		fmt.Fprintf(tw, "  %d.\t%s  waiting %s, entry lapses in %s, asks ttl %s%s\n", n+1, wt.Identity, ttl(wt.Waited), ttl(wt.Expires), wt.TTL, fence)
 	}
+}
+
+// shown is a key (or a holder or owner read from Redis) as the text
+// output shows it: quoted when it holds a character that is not printable
+// (a newline or a tab would break the one line per lease, and could
+// forge another lease's line), is not UTF-8, or begins with a quote (so
+// that no key looks like another's quoted form).
+func shown(s string) string {
+	if strings.HasPrefix(s, `"`) || !utf8.ValidString(s) || strings.IndexFunc(s, func(r rune) bool { return !unicode.IsPrint(r) }) >= 0 {
+		return strconv.Quote(s)
+	}
+	return s
 }
 
 // ttl formats a duration to the millisecond; negative: no expiry.

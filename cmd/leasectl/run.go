@@ -8,6 +8,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net/url"
 	"os"
 	"strings"
 	"time"
@@ -155,6 +156,12 @@ func (c *cli) connFlags(fs *flag.FlagSet) {
 // connect returns a lease client on the deployment the flags name, after
 // a PING; close it with the returned func.
 func (c *cli) connect() (*lease.Client, func(), error) {
+	if c.timeout <= 0 {
+		return nil, nil, usagef("-timeout %v: need a positive duration", c.timeout)
+	}
+	if strings.ContainsAny(c.prefix, "{}") { // as lease.WithPrefix
+		return nil, nil, usagef("-prefix %q: a prefix must not contain '{' or '}'", c.prefix)
+	}
 	if c.url == "" {
 		c.url = c.getenv("REDIS_URL")
 	}
@@ -170,14 +177,14 @@ func (c *cli) connect() (*lease.Client, func(), error) {
 	if c.cluster {
 		o, err := redis.ParseClusterURL(c.url)
 		if err != nil {
-			return nil, nil, usagef("-url: %v", err)
+			return nil, nil, c.urlError(err)
 		}
 		o.ContextTimeoutEnabled = true
 		tlsConf, newClient = &o.TLSConfig, func() redis.UniversalClient { return redis.NewClusterClient(o) }
 	} else {
 		o, err := redis.ParseURL(c.url)
 		if err != nil {
-			return nil, nil, usagef("-url: %v", err)
+			return nil, nil, c.urlError(err)
 		}
 		o.ContextTimeoutEnabled = true
 		tlsConf, newClient = &o.TLSConfig, func() redis.UniversalClient { return redis.NewClient(o) }
@@ -186,9 +193,25 @@ func (c *cli) connect() (*lease.Client, func(), error) {
 		return nil, nil, err
 	}
 	rdb := newClient()
+	// Every request is bounded by -timeout, retries included, also those
+	// that watch makes under its own context, which lasts until -for or
+	// Ctrl-C: a server that stops answering ends the watch with an error.
+	h := timeoutHook{d: c.timeout}
+	rdb.AddHook(h)
+	if cc, ok := rdb.(*redis.ClusterClient); ok {
+		// List scans each master through its own client. The Cluster
+		// client asks its nodes for the slot map and the command table one
+		// after the other, in random order, each with the request's whole
+		// budget: a stuck node asked first would use it up, and a command
+		// on a healthy master would fail. Those questions get a share of
+		// it (a node that does not answer in time is skipped; a missing
+		// command table only costs go-redis its routing hints).
+		meta := timeoutHook{d: c.timeout, meta: min(c.timeout/4, time.Second)}
+		cc.OnNewNode(func(n *redis.Client) { n.AddHook(meta) })
+	}
 	ctx, cancel := context.WithTimeout(c.ctx, c.timeout)
 	defer cancel()
-	if err := rdb.Ping(ctx).Err(); err != nil {
+	if err := ping(ctx, rdb); err != nil {
 		rdb.Close()
 		return nil, nil, fmt.Errorf("cannot reach Redis at %s: %w", redactURL(c.url), err)
 	}
@@ -198,6 +221,59 @@ func (c *cli) connect() (*lease.Client, func(), error) {
 		return nil, nil, err
 	}
 	return lc, func() { lc.Close(); rdb.Close() }, nil
+}
+
+// ping checks that Redis answers. A Cluster answers when one of its seed
+// nodes does: the Cluster client would send a PING to a random master,
+// and one stuck master must not keep the operator from the others' leases
+// (a command on a key of the stuck one fails on its own).
+func ping(ctx context.Context, rdb redis.UniversalClient) error {
+	cc, ok := rdb.(*redis.ClusterClient)
+	if !ok {
+		return rdb.Ping(ctx).Err()
+	}
+	_, err := fromAnySeed(ctx, cc.Options(), func(ctx context.Context, n *redis.Client) (string, error) {
+		return n.Ping(ctx).Result()
+	})
+	return err
+}
+
+// fromAnySeed asks every seed node of a Cluster at once and returns the
+// first answer (or the first error when none answers). The Cluster client
+// asks its nodes one after the other in random order, each with the whole
+// budget, so that one stuck node would use it up.
+func fromAnySeed[T any](ctx context.Context, o *redis.ClusterOptions, f func(context.Context, *redis.Client) (T, error)) (T, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel() // the others stop once one answered
+	type answer struct {
+		v   T
+		err error
+	}
+	answers := make(chan answer, len(o.Addrs))
+	for _, addr := range o.Addrs {
+		go func() {
+			n := redis.NewClient(&redis.Options{Addr: addr, Username: o.Username, Password: o.Password, TLSConfig: o.TLSConfig,
+				Protocol: o.Protocol, ContextTimeoutEnabled: true, MaxRetries: -1, PoolSize: 1})
+			defer n.Close()
+			v, err := f(ctx, n)
+			answers <- answer{v, err}
+		}()
+	}
+	var first error
+	for range o.Addrs {
+		a := <-answers
+		if a.err == nil {
+			return a.v, nil
+		}
+		if first == nil {
+			first = a.err
+		}
+	}
+	if first == nil {
+		first = errors.New("no node address")
+	}
+	var zero T
+	return zero, first
 }
 
 // trust adds -cacert to a TLS configuration (rediss:// only).
@@ -220,8 +296,32 @@ func (c *cli) trust(conf **tls.Config) error {
 	return nil
 }
 
-// redactURL hides the password of a URL for messages.
+// urlError is the usage error for a -url that does not parse, without
+// its password: net/url's errors quote the whole URL. The redacted URL is
+// parsed again for a message that cannot hold the password; if it parses,
+// the password itself was the problem.
+func (c *cli) urlError(err error) error {
+	red := redactURL(c.url)
+	if red == c.url {
+		return usagef("-url: %v", err)
+	}
+	var uerr *url.Error
+	if !errors.As(err, &uerr) {
+		return usagef("-url: %s", strings.ReplaceAll(err.Error(), c.url, red))
+	}
+	if _, perr := url.Parse(red); perr != nil {
+		return usagef("-url: %v", perr)
+	}
+	return usagef("-url %s: the password does not parse in a URL: percent-encode characters such as %%, @, / and :", red)
+}
+
+// redactURL hides the password of a URL for messages: net/url's
+// Redacted when the URL parses (an "@" in the query is no user info),
+// else everything before the last "@" but the user name.
 func redactURL(u string) string {
+	if p, err := url.Parse(u); err == nil {
+		return p.Redacted()
+	}
 	scheme, rest, ok := strings.Cut(u, "://")
 	if !ok {
 		return u
@@ -237,6 +337,33 @@ func redactURL(u string) string {
 // call bounds one request (or a short sequence) by -timeout.
 func (c *cli) call() (context.Context, context.CancelFunc) {
 	return context.WithTimeout(c.ctx, c.timeout)
+}
+
+// timeoutHook bounds each command and pipeline by d, and a Cluster's
+// metadata questions (COMMAND, CLUSTER ...) by meta when set (see
+// connect).
+type timeoutHook struct{ d, meta time.Duration }
+
+func (timeoutHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h timeoutHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		d := h.d
+		if name := cmd.Name(); h.meta > 0 && (name == "command" || name == "cluster") {
+			d = h.meta
+		}
+		ctx, cancel := context.WithTimeout(ctx, d)
+		defer cancel()
+		return next(ctx, cmd)
+	}
+}
+
+func (h timeoutHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		ctx, cancel := context.WithTimeout(ctx, h.d)
+		defer cancel()
+		return next(ctx, cmds)
+	}
 }
 
 type quiet struct{}

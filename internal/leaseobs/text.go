@@ -110,7 +110,12 @@ func hist(p **textHist) *textHist {
 	return *p
 }
 
+// series returns the series of the lease name, labelled as leaseprom
+// labels it: bytes that are not UTF-8 as U+FFFD (Prometheus rejects a
+// scrape with such a label value), names that differ only there sharing
+// one series.
 func (t *Text) series(name string) *textSeries {
+	name = strings.ToValidUTF8(name, "\uFFFD")
 	if t.names == nil {
 		t.names = map[string]*textSeries{}
 	}

@@ -20,8 +20,9 @@
 //	fence_stale_writes_total          counter    lease_name
 //	lease_subscription_failures_total counter
 //
-// lease_name is Spec.Name (leasegen sets the target's qualified name); the
-// concrete key is never a label. A call whose function returned an error
+// lease_name is Spec.Name (leasegen sets the target's qualified name;
+// bytes that are not UTF-8 become U+FFFD); the concrete key is never a
+// label. A call whose function returned an error
 // under a lease that held is "granted": the outcome describes the lease.
 // Every counter series of a name is created at zero when the name is first
 // seen, so that rate() and increase() see a first loss.
@@ -29,6 +30,7 @@ package leaseprom
 
 import (
 	"context"
+	"strings"
 	"sync"
 	"time"
 
@@ -97,7 +99,7 @@ func New(reg prometheus.Registerer) (*Observer, error) {
 
 // named holds one lease name's series, resolved once.
 type named struct {
-	name            string
+	name            string // the label value
 	calls           [leaseobs.NumOutcomes]prometheus.Counter
 	results         [leaseobs.NumResults]prometheus.Counter
 	stale           prometheus.Counter
@@ -108,19 +110,22 @@ func (o *Observer) named(name string) *named {
 	if n, ok := o.names.Load(name); ok {
 		return n.(*named)
 	}
-	n := &named{name: name}
+	// client_golang panics on a label value that is not UTF-8, and the
+	// panic would end the observed call: such bytes become U+FFFD.
+	label := strings.ToValidUTF8(name, "\uFFFD")
+	n := &named{name: label}
 	for i := range n.calls {
-		n.calls[i] = o.calls.WithLabelValues(name, leaseobs.Outcome(i).String())
+		n.calls[i] = o.calls.WithLabelValues(label, leaseobs.Outcome(i).String())
 	}
 	for _, r := range leaseobs.RenewalResults {
-		n.results[r] = o.renewals.WithLabelValues(name, r.String())
+		n.results[r] = o.renewals.WithLabelValues(label, r.String())
 	}
 	for _, r := range leaseobs.ReleaseResults {
-		n.results[r] = o.releases.WithLabelValues(name, r.String())
+		n.results[r] = o.releases.WithLabelValues(label, r.String())
 	}
-	n.stale = o.stale.WithLabelValues(name)
-	n.active = o.active.WithLabelValues(name)
-	n.waiting = o.waiting.WithLabelValues(name)
+	n.stale = o.stale.WithLabelValues(label)
+	n.active = o.active.WithLabelValues(label)
+	n.waiting = o.waiting.WithLabelValues(label)
 	v, _ := o.names.LoadOrStore(name, n)
 	return v.(*named)
 }

@@ -3,6 +3,7 @@ package leasetest
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/redis/go-redis/v9"
@@ -35,9 +36,28 @@ func (s *Server) setUser(ctx context.Context, name, password string, rules []str
 		return fmt.Errorf("ACL SETUSER %s on %s: %w", name, s.Addr(), err)
 	}
 	s.mu.Lock()
-	s.args = append(append(s.args, "--user"), spec...) // a "user" config line for Restart
+	// A "user" config line for Restart, in place of the user's earlier one:
+	// redis-server refuses a configuration that defines a user twice.
+	s.args = append(append(withoutUser(s.args, name), "--user"), spec...)
 	s.mu.Unlock()
 	return nil
+}
+
+// withoutUser returns args without the "--user name ..." option that
+// defines name (an option's values run up to the next "--" argument; no
+// ACL rule starts with "--").
+func withoutUser(args []string, name string) []string {
+	out := make([]string, 0, len(args))
+	for i := 0; i < len(args); i++ {
+		if args[i] == "--user" && i+1 < len(args) && args[i+1] == name {
+			for i+1 < len(args) && !strings.HasPrefix(args[i+1], "--") {
+				i++
+			}
+			continue
+		}
+		out = append(out, args[i])
+	}
+	return out
 }
 
 // ACLUser creates the user on every data node of the deployment, as

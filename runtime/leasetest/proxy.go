@@ -31,6 +31,7 @@ const (
 type Proxy struct {
 	ln     net.Listener
 	target string
+	done   chan struct{} // closed by Close: delayed replies stop waiting
 
 	mu       sync.Mutex
 	fault    Fault
@@ -60,7 +61,7 @@ func NewProxy(target string) (*Proxy, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := &Proxy{ln: ln, target: target, conns: map[net.Conn]struct{}{}}
+	p := &Proxy{ln: ln, target: target, conns: map[net.Conn]struct{}{}, done: make(chan struct{})}
 	p.wg.Add(1)
 	go p.accept()
 	return p, nil
@@ -126,7 +127,10 @@ func (p *Proxy) Refuse() error { return p.ln.Close() }
 // Close stops the proxy and closes its connections.
 func (p *Proxy) Close() error {
 	p.mu.Lock()
-	p.closed = true
+	if !p.closed {
+		p.closed = true
+		close(p.done)
+	}
 	p.mu.Unlock()
 	err := p.ln.Close()
 	p.CloseConns()
@@ -214,7 +218,14 @@ func (p *Proxy) replies(server, client net.Conn, own *Fault) {
 			case CutNextReply:
 				return
 			case Delay:
-				time.Sleep(delay)
+				// Not a plain sleep: Close must not wait out a long delay.
+				t := time.NewTimer(delay)
+				select {
+				case <-t.C:
+				case <-p.done:
+					t.Stop()
+					return
+				}
 			}
 			if _, werr := client.Write(buf[:n]); werr != nil {
 				return

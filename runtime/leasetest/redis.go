@@ -50,7 +50,8 @@ type Server struct {
 
 // StartRedis starts a redis-server without persistence on a free loopback
 // port and stops it when the test ends. Extra arguments are passed to
-// redis-server (for example "--maxmemory", "10mb").
+// redis-server (for example "--maxmemory", "10mb"; with "--requirepass",
+// the helpers' own connections and Client authenticate).
 func StartRedis(t testing.TB, args ...string) *Server {
 	t.Helper()
 	s, err := Start(args...)
@@ -109,9 +110,17 @@ func launch(args []string, setup func(*Server) error) (*Server, error) {
 		}
 		os.RemoveAll(s.dir)
 		releasePort(port)
+		if !errors.Is(lastErr, errPortTaken) {
+			break // another attempt would fail the same way, or wait as long
+		}
 	}
 	return nil, lastErr
 }
+
+// errPortTaken marks a start that failed because another process had the
+// port: the only failure that trying again (on another port, or after the
+// port is freed) can cure.
+var errPortTaken = errors.New("port taken")
 
 // ports are the ports of this process's servers, from their start to
 // Stop, so that no new server takes a port a killed one will restart on,
@@ -193,9 +202,9 @@ func (s *Server) start() error {
 	s.cmd, s.exited, s.log, s.paused = cmd, exited, out.Name(), false
 	s.mu.Unlock()
 
-	rdb := redis.NewClient(&redis.Options{Addr: s.Addr(), TLSConfig: s.TLSConfig(), MaxRetries: -1, DialTimeout: 200 * time.Millisecond})
+	rdb := redis.NewClient(&redis.Options{Addr: s.Addr(), TLSConfig: s.TLSConfig(), Password: passwordIn(extra), MaxRetries: -1, DialTimeout: 200 * time.Millisecond})
 	defer rdb.Close()
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(startTimeout)
 	for {
 		// INFO rather than PING: the answer must come from our process, not
 		// from another server that took the port while ours was down.
@@ -207,22 +216,33 @@ func (s *Server) start() error {
 			if pid == strconv.Itoa(cmd.Process.Pid) {
 				return nil
 			}
-			err = fmt.Errorf("port %d is answered by another process (pid %s)", s.port, pid)
+			err = fmt.Errorf("port %d is answered by another process (pid %s): %w", s.port, pid, errPortTaken)
 		}
 		select {
 		case <-exited:
 			log, _ := os.ReadFile(out.Name())
-			os.Remove(out.Name())
+			s.cleanLog()
+			if strings.Contains(string(log), "Address already in use") {
+				return fmt.Errorf("%s on port %d exited (%w): %s", s.bin, s.port, errPortTaken, log)
+			}
 			return fmt.Errorf("%s on port %d exited: %s", s.bin, s.port, log)
 		default:
 		}
 		if time.Now().After(deadline) {
 			s.Kill()
-			return fmt.Errorf("%s on port %d did not answer: %v", s.bin, s.port, err)
+			log, _ := os.ReadFile(out.Name())
+			s.cleanLog()
+			if errors.Is(err, errPortTaken) {
+				return fmt.Errorf("%s on port %d did not answer: %w", s.bin, s.port, err)
+			}
+			return fmt.Errorf("%s on port %d did not answer within %v: %v; its output: %q", s.bin, s.port, startTimeout, err, log)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// startTimeout bounds the wait for a started server to answer.
+var startTimeout = 10 * time.Second
 
 // Addr returns host:port of the server (its TLS port for a TLS server).
 func (s *Server) Addr() string { return "127.0.0.1:" + strconv.Itoa(s.port) }
@@ -232,10 +252,14 @@ func (s *Server) Port() int { return s.port }
 
 // Client returns a go-redis client for the server, closed when the test
 // ends, with ContextTimeoutEnabled set (lease.New requires it). Options may
-// adjust the defaults (address, and TLS for a TLS server, already set).
+// adjust the defaults (address, TLS for a TLS server, and the password of
+// a server started with --requirepass, already set).
 func (s *Server) Client(t testing.TB, adjust ...func(*redis.Options)) *redis.Client {
 	t.Helper()
-	o := &redis.Options{Addr: s.Addr(), TLSConfig: s.TLSConfig(), ContextTimeoutEnabled: true}
+	s.mu.Lock()
+	pw := passwordIn(s.args)
+	s.mu.Unlock()
+	o := &redis.Options{Addr: s.Addr(), TLSConfig: s.TLSConfig(), Password: pw, ContextTimeoutEnabled: true}
 	for _, f := range adjust {
 		f(o)
 	}
@@ -244,11 +268,24 @@ func (s *Server) Client(t testing.TB, adjust ...func(*redis.Options)) *redis.Cli
 	return rdb
 }
 
+// passwordIn returns the default user's password that args give the
+// server (the last --requirepass), for the helpers' own connections and
+// Client; "" for none.
+func passwordIn(args []string) string {
+	pw := ""
+	for i := 0; i+1 < len(args); i++ {
+		if args[i] == "--requirepass" {
+			pw = args[i+1]
+		}
+	}
+	return pw
+}
+
 // ensureAdmin makes the helpers' own client (s.mu held).
 func (s *Server) ensureAdmin() {
 	if s.admin == nil {
 		s.admin = redis.NewClient(&redis.Options{
-			Addr: s.Addr(), TLSConfig: s.TLSConfig(), Protocol: 2,
+			Addr: s.Addr(), TLSConfig: s.TLSConfig(), Password: passwordIn(s.args), Protocol: 2,
 			MaxRetries: -1, DialTimeout: time.Second, ContextTimeoutEnabled: true, PoolSize: 2,
 		})
 	}
@@ -383,8 +420,8 @@ func (s *Server) Restart() error {
 	s.cleanLog()
 	var err error
 	for range 50 { // the port may linger briefly
-		if err = s.start(); err == nil {
-			return nil
+		if err = s.start(); err == nil || !errors.Is(err, errPortTaken) {
+			return err
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
