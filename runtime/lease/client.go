@@ -17,6 +17,10 @@ import (
 type Client struct {
 	rdb redis.UniversalClient // the user's client; every command goes through it
 
+	// cmdTable is closed once a Cluster client's command table is loaded
+	// (nil for a single server): see loadCommandTable.
+	cmdTable chan struct{}
+
 	prefix         string
 	obs            Observer
 	callObs        CallObserver // obs, when it wants to hear of each call's start
@@ -201,6 +205,10 @@ func New(rdb redis.UniversalClient, opts ...Option) (*Client, error) {
 	c.kept, c.keptByChannel = map[string]*kept{}, map[string]string{}
 	c.hub = newWaitHub(c)
 	c.renew = newRenewer(c)
+	if cc, ok := c.rdb.(*redis.ClusterClient); ok {
+		c.cmdTable = make(chan struct{})
+		go c.loadCommandTable(cc, c.cmdTable)
+	}
 	return c, nil
 }
 

@@ -18,6 +18,12 @@ import (
 // freed without notification near the end of the wait is still taken.
 func (a *call) obtain(ctx context.Context) (*Lease, error) {
 	a.newAttempt()
+	if err := a.c.waitCommandTable(ctx, a.key, a.end.Add(-a.reserve)); err != nil {
+		if errors.Is(err, ErrRefused) {
+			a.observe(Event{Kind: EventRefused, Err: err})
+		}
+		return nil, err
+	}
 	var waitUntil time.Time
 	capped := false
 	if a.spec.Wait > 0 {
