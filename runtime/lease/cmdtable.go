@@ -63,10 +63,11 @@ func (c *Client) loadCommandTable(cc *redis.ClusterClient, ready chan struct{}) 
 }
 
 // waitCommandTable waits until the Cluster client's command table is
-// loaded (see loadCommandTable), at most until until and while ctx lives.
-// Nothing has been sent when it fails: the error is ErrRefused (or
-// ErrClosed), naming what held the call up.
-func (c *Client) waitCommandTable(ctx context.Context, key string, until time.Time) error {
+// loaded (see loadCommandTable), while ctx lives and, unless until is
+// zero, at most until until. Nothing has been sent when it fails: the
+// error is ErrRefused (or ErrClosed), naming what held the call up; op
+// and key say which call it was ("" for the call on key).
+func (c *Client) waitCommandTable(ctx context.Context, op, key string, until time.Time) error {
 	if c.cmdTable == nil {
 		return nil
 	}
@@ -75,15 +76,22 @@ func (c *Client) waitCommandTable(ctx context.Context, key string, until time.Ti
 		return nil
 	default:
 	}
-	t := time.NewTimer(time.Until(until))
-	defer t.Stop()
+	var timeout <-chan time.Time
+	if !until.IsZero() {
+		t := time.NewTimer(time.Until(until))
+		defer t.Stop()
+		timeout = t.C
+	}
+	if op != "" {
+		op += " of "
+	}
 	select {
 	case <-c.cmdTable:
 		return nil
 	case <-c.hub.closing:
-		return fmt.Errorf("%w: key %q", ErrClosed, key)
+		return fmt.Errorf("%w: %skey %q", ErrClosed, op, key)
 	case <-ctx.Done():
-	case <-t.C:
+	case <-timeout:
 	}
-	return fmt.Errorf("%w: key %q: not sent: the Cluster client is still loading its command table (go-redis asks the nodes one by one, under a timeout of its own, and one of them has not answered yet)", ErrRefused, key)
+	return fmt.Errorf("%w: %skey %q: not sent: the Cluster client is still loading its command table (go-redis asks the nodes one by one, under a timeout of its own, and one of them has not answered yet)", ErrRefused, op, key)
 }

@@ -74,6 +74,33 @@ func TestClusterFreshClientWithPausedMasterKeepsDeadline(t *testing.T) {
 		c.Close()
 	}
 	t.Logf("%d calls refused while the command table loaded", refusedLoading)
+	// Inspect, Leader and ForceRelease, each the first call of a fresh
+	// Client, keep their context's deadline too.
+	for run := range 2 {
+		for _, op := range []string{"inspect", "leader", "force"} {
+			c, err := lease.New(cl.Client(t))
+			if err != nil {
+				t.Fatal(err)
+			}
+			octx, cancel := context.WithTimeout(ctx, deadline)
+			start := time.Now()
+			switch op {
+			case "inspect":
+				_, err = c.Inspect(octx, live)
+			case "leader":
+				_, err = c.Leader(octx, live)
+			case "force":
+				_, err = c.ForceRelease(octx, live, strings.Repeat("ab", 16))
+			}
+			cancel()
+			took := time.Since(start)
+			t.Logf("run %d: %s: %v after %v", run, op, err, took.Round(time.Millisecond))
+			if took > deadline+300*time.Millisecond {
+				t.Errorf("run %d: %s of %q, the first call of a fresh Client, returned after %v with a %v context: %v", run, op, live, took, deadline, err)
+			}
+			c.Close()
+		}
+	}
 	// Once the node answers again, a fresh Client's calls go through.
 	stuck.Resume()
 	resumed = true

@@ -18,7 +18,7 @@ import (
 // freed without notification near the end of the wait is still taken.
 func (a *call) obtain(ctx context.Context) (*Lease, error) {
 	a.newAttempt()
-	if err := a.c.waitCommandTable(ctx, a.key, a.end.Add(-a.reserve)); err != nil {
+	if err := a.c.waitCommandTable(ctx, "", a.key, a.end.Add(-a.reserve)); err != nil {
 		if errors.Is(err, ErrRefused) {
 			a.observe(Event{Kind: EventRefused, Err: err})
 		}
