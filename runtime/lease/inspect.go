@@ -89,6 +89,9 @@ func (c *Client) Inspect(ctx context.Context, key string) (Info, error) {
 	if c.closed.Load() {
 		return Info{}, fmt.Errorf("%w: inspect key %q", ErrClosed, key)
 	}
+	if err := c.waitCommandTable(ctx, "inspect", key, time.Time{}); err != nil {
+		return Info{}, err
+	}
 	k := redisKeys(c.prefix, key)
 	reply, err := inspectScript.Run(ctx, c.rdb, []string{k.lock, k.fence, k.queue, k.qexp}, maxWaiters).Slice()
 	if err != nil {
@@ -450,6 +453,9 @@ func (c *Client) ForceRelease(ctx context.Context, key, identity string) (ForceR
 	}
 	if c.closed.Load() {
 		return 0, fmt.Errorf("%w: force release of key %q", ErrClosed, key)
+	}
+	if err := c.waitCommandTable(ctx, "force release", key, time.Time{}); err != nil {
+		return 0, err
 	}
 	k := redisKeys(c.prefix, key)
 	fail := func(err error) (ForceResult, error) {

@@ -276,6 +276,9 @@ func (c *Client) Leader(ctx context.Context, key string) (Leader, error) {
 	if c.closed.Load() {
 		return Leader{}, fmt.Errorf("%w: reading the leader of key %q", ErrClosed, key)
 	}
+	if err := c.waitCommandTable(ctx, "reading the leader", key, time.Time{}); err != nil {
+		return Leader{}, err
+	}
 	return c.readLeader(ctx, redisKeys(c.prefix, key).lock, key)
 }
 
