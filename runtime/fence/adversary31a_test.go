@@ -1,0 +1,109 @@
+package fence_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/leasegen/leasegen/runtime/fence"
+	"github.com/leasegen/leasegen/runtime/lease"
+	"github.com/leasegen/leasegen/runtime/leasetest"
+)
+
+// adv31aCounterKey finds the fence counter key of the only lease taken so
+// far on srv (the key ending in ":f").
+func adv31aCounterKey(t *testing.T, direct *redis.Client) string {
+	t.Helper()
+	keys, err := direct.Keys(context.Background(), "*").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range keys {
+		if strings.HasSuffix(k, ":f") {
+			return k
+		}
+	}
+	t.Fatalf("no fence counter among %q", keys)
+	return ""
+}
+
+// The lease package mints exact tokens past 2^53 (a counter set from
+// outside, see lease's TestAdversary27_FenceCounterPast2To53), so the Redis
+// store must compare them exactly too: a newer grant's token must be
+// accepted and an older one refused, even where doubles skip integers.
+func TestAdversary31a_RedisTokensPast2To53(t *testing.T) {
+	srv := leasetest.StartRedis(t)
+	rdb := srv.Client(t)
+	direct := srv.Client(t)
+	c, err := lease.New(rdb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	store := fence.NewRedis(rdb)
+	ctx := context.Background()
+	spec := lease.Spec{TTL: time.Second, Deadline: 5 * time.Second, Fence: true}
+	write := func(v string) (fence.Stamp, error) {
+		var st fence.Stamp
+		var werr error
+		err := c.Do(ctx, "big", spec, func(ctx context.Context) error {
+			st, _ = fence.From(ctx)
+			werr = store.Set(ctx, st, "rec:{big}", v)
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st, werr
+	}
+	if _, err := write("v0"); err != nil {
+		t.Fatal(err)
+	}
+	if err := direct.Set(ctx, adv31aCounterKey(t, direct), "9007199254740991", time.Hour).Err(); err != nil {
+		t.Fatal(err)
+	}
+	s1, err := write("v1")
+	if err != nil || s1.Token != 9007199254740992 {
+		t.Fatalf("grant at 2^53: token %d, write %v", s1.Token, err)
+	}
+	s2, err := write("v2")
+	if s2.Token != 9007199254740993 {
+		t.Fatalf("next grant: token %d, want 2^53+1", s2.Token)
+	}
+	if err != nil {
+		t.Fatalf("the newer grant's write (token %d after %d) = %v, want accepted", s2.Token, s1.Token, err)
+	}
+	if v, _ := store.Get(ctx, "rec:{big}"); v != "v2" {
+		t.Fatalf("value %q, want v2", v)
+	}
+	// An older token presented with the stored owner is still older.
+	older := fence.Stamp{Token: s2.Token - 1, Owner: s2.Owner}
+	if err := store.Set(ctx, older, "rec:{big}", "late"); !errors.Is(err, fence.ErrStale) {
+		t.Fatalf("token %d after %d from the same owner = %v, want ErrStale", older.Token, s2.Token, err)
+	}
+	// Hand-made stamps up to 2^64-1 compare exactly as well.
+	steps := []struct {
+		tok   lease.Token
+		owner string
+		ok    bool
+	}{
+		{18446744073709551614, "a", true},
+		{18446744073709551615, "b", true},
+		{18446744073709551614, "b", false},
+		{18446744073709551615, "a", false},
+		{18446744073709551615, "b", true},
+	}
+	for i, s := range steps {
+		err := store.Set(ctx, stamp(s.tok, s.owner), "huge", s.owner)
+		if s.ok != (err == nil) || (!s.ok && !errors.Is(err, fence.ErrStale)) {
+			t.Fatalf("step %d (%d/%s) = %v, want ok=%v", i, s.tok, s.owner, err, s.ok)
+		}
+	}
+	if h := direct.HGetAll(ctx, "huge").Val(); h[fence.TokenField] != "18446744073709551615" || h["value"] != "b" {
+		t.Fatalf("huge record %v", h)
+	}
+}
