@@ -3,7 +3,9 @@ package fence_test
 import (
 	"context"
 	"errors"
+	"net"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -105,5 +107,67 @@ func TestAdversary31a_RedisTokensPast2To53(t *testing.T) {
 	}
 	if h := direct.HGetAll(ctx, "huge").Val(); h[fence.TokenField] != "18446744073709551615" || h["value"] != "b" {
 		t.Fatalf("huge record %v", h)
+	}
+}
+
+// adv31aDialHook runs onDial after the n-th dial of a go-redis client.
+type adv31aDialHook struct {
+	dials  atomic.Int32
+	n      int32
+	onDial func()
+}
+
+func (h *adv31aDialHook) DialHook(next redis.DialHook) redis.DialHook {
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		c, err := next(ctx, network, addr)
+		if h.dials.Add(1) == h.n && h.onDial != nil {
+			h.onDial()
+		}
+		return c, err
+	}
+}
+func (h *adv31aDialHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+func (h *adv31aDialHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+// A write whose reply is lost was carried out; go-redis re-sends it on a
+// new connection, and a newer holder writes in between: the re-sent write
+// is refused. ErrStale ("nothing was written") would be false: the first
+// attempt was written, and the newer holder may have built on it. The
+// outcome is unknown (lease.ErrUnknown), not stale.
+func TestAdversary31a_RedisRetriedWriteRefusedIsUnknown(t *testing.T) {
+	srv := leasetest.StartRedis(t)
+	px := leasetest.StartProxy(t, srv.Addr())
+	direct := srv.Client(t)
+	ctx := context.Background()
+	hook := &adv31aDialHook{n: 2}
+	rdb := redis.NewClient(&redis.Options{Addr: px.Addr(), ContextTimeoutEnabled: true, MaxRetries: 3})
+	t.Cleanup(func() { rdb.Close() })
+	rdb.AddHook(hook)
+	store := fence.NewRedis(rdb)
+	if err := store.Set(ctx, stamp(101, "c"), "rec", "v1"); err != nil {
+		t.Fatal(err)
+	}
+	var newer error
+	hook.onDial = func() {
+		// The newer holder writes another field only, so that the value
+		// shows whose write was carried out.
+		newer = fence.NewRedis(direct).HSet(ctx, stamp(103, "e"), "rec", "note", "by e")
+	}
+	px.Set(leasetest.CutNextReply)
+	err := store.Set(ctx, stamp(102, "d"), "rec", "v2 by d")
+	if newer != nil {
+		t.Fatalf("the newer write: %v", newer)
+	}
+	h := direct.HGetAll(ctx, "rec").Val()
+	if h["value"] != "v2 by d" || h[fence.TokenField] != "103" {
+		t.Fatalf("record %v: want d's value under e's stamp (the proxy cut %d replies, dials %d)", h, px.Cut(), hook.dials.Load())
+	}
+	if errors.Is(err, fence.ErrStale) || err == nil {
+		t.Fatalf("a write that was carried out (then superseded) = %v, want unknown, not stale or done", err)
+	}
+	if !errors.Is(err, lease.ErrUnknown) {
+		t.Fatalf("a retried write refused at the retry = %v, want lease.ErrUnknown", err)
 	}
 }
