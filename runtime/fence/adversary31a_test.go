@@ -171,3 +171,54 @@ func TestAdversary31a_RedisRetriedWriteRefusedIsUnknown(t *testing.T) {
 		t.Fatalf("a retried write refused at the retry = %v, want lease.ErrUnknown", err)
 	}
 }
+
+// An observer told of a stale write may look at the store that refused
+// it (a test's or an example's observer checking what the store holds):
+// the Memory store must not call the observer while holding its lock.
+func TestAdversary31a_MemoryObserverMayReadStore(t *testing.T) {
+	srv := leasetest.StartRedis(t)
+	m := fence.NewMemory[string]()
+	seen := make(chan string, 4)
+	obs := lease.ObserverFunc(func(e lease.Event) {
+		if e.Kind == lease.EventStaleWriteRejected {
+			v, _, _ := m.Get("acct")
+			seen <- v
+		}
+	})
+	c, err := lease.New(srv.Client(t), lease.WithObserver(obs))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if err := m.Set(stamp(1<<62, "newer"), "acct", "newest"); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	err = c.Do(context.Background(), "acct", lease.Spec{TTL: time.Second, Deadline: 5 * time.Second, Fence: true}, func(ctx context.Context) error {
+		st, err := fence.From(ctx)
+		if err != nil {
+			return err
+		}
+		go func() { done <- m.Set(st, "acct", "late") }()
+		select {
+		case err := <-done:
+			if !errors.Is(err, fence.ErrStale) {
+				t.Errorf("stale write = %v, want ErrStale", err)
+			}
+		case <-time.After(2 * time.Second):
+			t.Error("the stale write did not return in 2s: the observer, called under the store's lock, deadlocked reading the store")
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case v := <-seen:
+		if v != "newest" {
+			t.Fatalf("the observer read %q", v)
+		}
+	default:
+		t.Fatal("the stale write was not reported")
+	}
+}
