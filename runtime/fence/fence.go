@@ -53,10 +53,15 @@ func (s Stamp) Admits(cur Stamp) bool {
 
 // stale builds the ErrStale error for a refused write and reports it.
 func (s Stamp) stale(resource string, cur Stamp) error {
+	return s.report(s.staleErr(resource, cur))
+}
+
+// staleErr builds the ErrStale error for a refused write, unreported.
+func (s Stamp) staleErr(resource string, cur Stamp) error {
 	if cur.Token == s.Token {
-		return s.report(fmt.Errorf("%s: token %d was granted to another owner: %w", resource, s.Token, ErrStale))
+		return fmt.Errorf("%s: token %d was granted to another owner: %w", resource, s.Token, ErrStale)
 	}
-	return s.report(fmt.Errorf("%s: token %d is older than the accepted %d: %w", resource, s.Token, cur.Token, ErrStale))
+	return fmt.Errorf("%s: token %d is older than the accepted %d: %w", resource, s.Token, cur.Token, ErrStale)
 }
 
 // staleSince builds the ErrStale error for a write a row's stamp refused
