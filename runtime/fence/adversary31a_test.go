@@ -222,3 +222,25 @@ func TestAdversary31a_MemoryObserverMayReadStore(t *testing.T) {
 		t.Fatal("the stale write was not reported")
 	}
 }
+
+// A zero Memory (a struct field, a var) is usable, as a Go type with a
+// mutex inside is expected to be, instead of panicking on a nil map.
+func TestAdversary31a_MemoryZeroValue(t *testing.T) {
+	var m fence.Memory[int]
+	func() {
+		defer func() {
+			if p := recover(); p != nil {
+				t.Fatalf("a write to a zero Memory panicked: %v", p)
+			}
+		}()
+		if err := m.Set(stamp(5, "a"), "k", 1); err != nil {
+			t.Fatal(err)
+		}
+	}()
+	if err := m.Set(stamp(4, "b"), "k", 2); !errors.Is(err, fence.ErrStale) {
+		t.Fatalf("older write = %v", err)
+	}
+	if v, s, ok := m.Get("k"); !ok || v != 1 || s.Token != 5 {
+		t.Fatalf("Get = %d @%d %v", v, s.Token, ok)
+	}
+}
