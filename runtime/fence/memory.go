@@ -2,7 +2,8 @@ package fence
 
 import "sync"
 
-// Memory is an in-memory fenced map, for examples and tests.
+// Memory is an in-memory fenced map, for examples and tests. The zero
+// Memory is empty and ready to use.
 type Memory[V any] struct {
 	mu sync.Mutex
 	m  map[string]memEntry[V]
@@ -42,6 +43,9 @@ func (m *Memory[V]) update(s Stamp, key string, f func(old V, found bool) V) err
 	cur, found := m.m[key]
 	if found && !s.Admits(cur.stamp) {
 		return s.staleErr(key, cur.stamp)
+	}
+	if m.m == nil { // a zero Memory
+		m.m = map[string]memEntry[V]{}
 	}
 	m.m[key] = memEntry[V]{v: f(cur.v, found), stamp: Stamp{Token: s.Token, Owner: s.Owner}}
 	return nil
