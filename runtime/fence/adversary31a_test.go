@@ -2,16 +2,23 @@ package fence_test
 
 import (
 	"context"
+	"database/sql"
 	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
 	"net"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/leasegen/leasegen/runtime/fence"
+	"github.com/leasegen/leasegen/runtime/fence/fencepgx"
 	"github.com/leasegen/leasegen/runtime/lease"
 	"github.com/leasegen/leasegen/runtime/leasetest"
 )
@@ -242,5 +249,464 @@ func TestAdversary31a_MemoryZeroValue(t *testing.T) {
 	}
 	if v, s, ok := m.Get("k"); !ok || v != 1 || s.Token != 5 {
 		t.Fatalf("Get = %d @%d %v", v, s.Token, ok)
+	}
+}
+
+// adv31aStore is one fenced store under the same sequence of writes.
+type adv31aStore struct {
+	name  string
+	write func(s fence.Stamp, v int64) error
+	read  func() (v int64, s fence.Stamp, found bool)
+	exact bool // holds tokens past math.MaxInt64 (SQL refuses them)
+}
+
+// adv31aStores returns every store, each on a fresh record: Memory, Redis,
+// database/sql and pgx (Upsert).
+func adv31aStores(t *testing.T) []adv31aStore {
+	ctx := context.Background()
+	mem := fence.NewMemory[int64]()
+	srv := leasetest.StartRedis(t)
+	rdb := srv.Client(t)
+	rs := fence.NewRedis(rdb)
+	db, table := postgres(t)
+	conn := adv31aPgx(t)
+	tbl := fence.Table{Name: table, Key: "id"}
+	sqlRead := func(id string) func() (int64, fence.Stamp, bool) {
+		return func() (int64, fence.Stamp, bool) {
+			var v, tok int64
+			var owner string
+			err := db.QueryRow("SELECT balance, fence_token, fence_owner FROM "+table+" WHERE id = $1", id).Scan(&v, &tok, &owner)
+			if errors.Is(err, sql.ErrNoRows) {
+				return 0, fence.Stamp{}, false
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			return v, stamp(lease.Token(tok), owner), true
+		}
+	}
+	return []adv31aStore{
+		{"memory", func(s fence.Stamp, v int64) error { return mem.Set(s, "k", v) }, func() (int64, fence.Stamp, bool) { return mem.Get("k") }, true},
+		{"redis", func(s fence.Stamp, v int64) error { return rs.Set(ctx, s, "k", fmt.Sprint(v)) }, func() (int64, fence.Stamp, bool) {
+			h := rdb.HGetAll(ctx, "k").Val()
+			if len(h) == 0 {
+				return 0, fence.Stamp{}, false
+			}
+			var v int64
+			var tok uint64
+			fmt.Sscan(h["value"], &v)
+			fmt.Sscan(h[fence.TokenField], &tok)
+			return v, stamp(lease.Token(tok), h[fence.OwnerField]), true
+		}, true},
+		{"database/sql", func(s fence.Stamp, v int64) error {
+			return tbl.Upsert(ctx, fence.SQL(db), s, "sql", fence.Set("balance", v))
+		}, sqlRead("sql"), false},
+		{"pgx", func(s fence.Stamp, v int64) error {
+			return tbl.Upsert(ctx, fencepgx.Wrap(conn), s, "pgx", fence.Set("balance", v))
+		}, sqlRead("pgx"), false},
+	}
+}
+
+func adv31aPgx(t *testing.T) *pgx.Conn {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, adv13PGURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close(context.Background()) })
+	return conn
+}
+
+// Every store follows the same rule: newer token, or equal from the same
+// owner; a zero token is an error that writes nothing; tokens near the top
+// of the range compare exactly or (SQL) are refused with an error.
+func TestAdversary31a_AllStoresSameRule(t *testing.T) {
+	for _, st := range adv31aStores(t) {
+		steps := []struct {
+			tok   lease.Token
+			owner string
+			want  string // "ok", "stale", "error"
+		}{
+			{0, "z", "error"},
+			{10, "a", "ok"},
+			{10, "a", "ok"}, // the same holder again (a kept lease)
+			{10, "b", "stale"},
+			{9, "a", "stale"},
+			{0, "a", "error"},
+			{11, "b", "ok"},
+			{11, "a", "stale"},
+			{10, "b", "stale"},
+			{math.MaxInt64, "c", "ok"},
+			{math.MaxInt64, "d", "stale"},
+			{math.MaxInt64 - 1, "c", "stale"},
+			{math.MaxInt64 + 1, "c", map[bool]string{true: "ok", false: "error"}[st.exact]},
+			{math.MaxInt64, "c", map[bool]string{true: "stale", false: "ok"}[st.exact]},
+		}
+		var last fence.Stamp
+		var lastV int64
+		for i, s := range steps {
+			err := st.write(stamp(s.tok, s.owner), int64(i))
+			got := "ok"
+			switch {
+			case errors.Is(err, fence.ErrStale):
+				got = "stale"
+			case err != nil:
+				got = "error"
+			}
+			if got != s.want {
+				t.Fatalf("%s step %d (%d/%s): %v, want %s", st.name, i, s.tok, s.owner, err, s.want)
+			}
+			if got == "ok" {
+				last, lastV = stamp(s.tok, s.owner), int64(i)
+			}
+			v, cur, found := st.read()
+			if found != (last.Token != 0) || v != lastV || cur.Token != last.Token || cur.Owner != last.Owner {
+				t.Fatalf("%s step %d: record %d @%d/%s (found %v), want %d @%d/%s", st.name, i, v, cur.Token, cur.Owner, found, lastV, last.Token, last.Owner)
+			}
+		}
+	}
+}
+
+// adv31aWrite is one write of a concurrent history.
+type adv31aWrite struct {
+	tok        lease.Token
+	owner      string
+	start, end time.Time
+	err        error
+}
+
+// adv31aCheck checks a history: no write may be accepted when a write with
+// a higher token (or the same token from another owner) was accepted
+// before it started, and the record holds the highest accepted stamp.
+func adv31aCheck(t *testing.T, name string, hist []adv31aWrite, final fence.Stamp) {
+	t.Helper()
+	var ok, stale int
+	var top fence.Stamp
+	for _, w := range hist {
+		switch {
+		case w.err == nil:
+			ok++
+			if w.tok > top.Token {
+				top = stamp(w.tok, w.owner)
+			}
+		case errors.Is(w.err, fence.ErrStale):
+			stale++
+		default:
+			t.Fatalf("%s: write %d/%s: %v", name, w.tok, w.owner, w.err)
+		}
+	}
+	for _, a := range hist {
+		if a.err != nil {
+			continue
+		}
+		for _, b := range hist {
+			if b.err == nil && b.start.After(a.end) && !stamp(b.tok, b.owner).Admits(stamp(a.tok, a.owner)) {
+				t.Fatalf("%s: %d/%s accepted after %d/%s had been", name, b.tok, b.owner, a.tok, a.owner)
+			}
+		}
+	}
+	if final.Token != top.Token || final.Owner != top.Owner {
+		t.Fatalf("%s: record stamped %d/%s, highest accepted %d/%s", name, final.Token, final.Owner, top.Token, top.Owner)
+	}
+	if ok == 0 || stale == 0 {
+		t.Fatalf("%s: %d accepted, %d stale: not a race", name, ok, stale)
+	}
+	t.Logf("%s: %d accepted, %d stale", name, ok, stale)
+}
+
+// Writers in several goroutines race with interleaved tokens, some equal
+// from different owners: no lower token is applied after a higher one.
+// Redis through two go-redis clients (the stores' scripts are atomic),
+// Memory in process.
+func TestAdversary31a_ConcurrentWritersNeverGoBack(t *testing.T) {
+	srv := leasetest.StartRedis(t)
+	ctx := context.Background()
+	clients := []*fence.Redis{fence.NewRedis(srv.Client(t)), fence.NewRedis(srv.Client(t))}
+	mem := fence.NewMemory[int]()
+	for _, name := range []string{"redis", "memory"} {
+		var mu sync.Mutex
+		var hist []adv31aWrite
+		var wg sync.WaitGroup
+		var next atomic.Uint64
+		next.Store(1 << 53) // past 2^53 as well
+		for w := range 6 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				r := rand.New(rand.NewPCG(uint64(w), 31))
+				for i := range 40 {
+					tok := next.Add(uint64(r.IntN(2))) - uint64(r.IntN(3)) // equal, older and newer tokens
+					owner := fmt.Sprint("o", tok%2, "-", w%2)
+					wr := adv31aWrite{tok: lease.Token(tok), owner: owner, start: time.Now()}
+					if name == "redis" {
+						wr.err = clients[w%2].Set(ctx, stamp(wr.tok, owner), "rec", fmt.Sprint(w, "-", i))
+					} else {
+						wr.err = mem.Set(stamp(wr.tok, owner), "rec", i)
+					}
+					wr.end = time.Now()
+					mu.Lock()
+					hist = append(hist, wr)
+					mu.Unlock()
+				}
+			}()
+		}
+		wg.Wait()
+		var final fence.Stamp
+		if name == "redis" {
+			h := srv.Client(t).HGetAll(ctx, "rec").Val()
+			var tok uint64
+			fmt.Sscan(h[fence.TokenField], &tok)
+			final = stamp(lease.Token(tok), h[fence.OwnerField])
+		} else {
+			_, final, _ = mem.Get("rec")
+		}
+		adv31aCheck(t, name, hist, final)
+	}
+}
+
+// Timeouts, a context ending mid-way and lost replies on Redis: a write
+// that was sent and got no reply is lease.ErrUnknown (and may well have
+// been carried out), one never sent is not; neither is ErrStale.
+func TestAdversary31a_RedisUnknownOutcomes(t *testing.T) {
+	srv := leasetest.StartRedis(t)
+	px := leasetest.StartProxy(t, srv.Addr())
+	direct := srv.Client(t)
+	rdb := redis.NewClient(&redis.Options{Addr: px.Addr(), ContextTimeoutEnabled: true, MaxRetries: 2})
+	t.Cleanup(func() { rdb.Close() })
+	store := fence.NewRedis(rdb)
+	ctx := context.Background()
+	value := func() string { return direct.HGet(ctx, "rec", "value").Val() }
+	if err := store.Set(ctx, stamp(10, "a"), "rec", "v10"); err != nil {
+		t.Fatal(err)
+	}
+
+	// No reply before the deadline: unknown, and the write was carried out.
+	px.Set(leasetest.Blackhole)
+	tctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+	err := store.Set(tctx, stamp(11, "b"), "rec", "v11")
+	cancel()
+	if !errors.Is(err, lease.ErrUnknown) || errors.Is(err, fence.ErrStale) {
+		t.Fatalf("a write with no reply = %v, want lease.ErrUnknown", err)
+	}
+	if v := value(); v != "v11" {
+		t.Fatalf("record %q: the unanswered write was carried out all the same", v)
+	}
+	px.Set(leasetest.Pass)
+	px.CloseConns()
+
+	// The context cancelled while the reply is on its way: go-redis reads
+	// on until its deadline (a cancellation does not interrupt the read),
+	// so the answer is the write's own (done), or unknown; never stale.
+	px.SetDelay(300 * time.Millisecond)
+	cctx, ccancel := context.WithCancel(ctx)
+	time.AfterFunc(50*time.Millisecond, ccancel)
+	err = store.Set(cctx, stamp(12, "c"), "rec", "v12")
+	if err == nil && value() != "v12" {
+		t.Fatalf("a write cancelled mid-way reported done, record %q", value())
+	}
+	if err != nil && !errors.Is(err, lease.ErrUnknown) {
+		t.Fatalf("a write cancelled mid-way = %v, want nil or lease.ErrUnknown", err)
+	}
+	// The same with a deadline, which does cut the read: unknown.
+	tctx, cancel = context.WithTimeout(ctx, 50*time.Millisecond)
+	err = store.Set(tctx, stamp(12, "c"), "rec", "v12")
+	cancel()
+	if !errors.Is(err, lease.ErrUnknown) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("a write whose deadline passed mid-way = %v, want lease.ErrUnknown and context.DeadlineExceeded", err)
+	}
+	px.Set(leasetest.Pass)
+	px.CloseConns()
+	deadline := time.Now().Add(2 * time.Second)
+	for value() != "v12" && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if v := value(); v != "v12" {
+		t.Fatalf("record %q after the cancelled write", v)
+	}
+
+	// A context ended before the write: never sent, not unknown.
+	dead, dcancel := context.WithCancel(ctx)
+	dcancel()
+	err = store.Set(dead, stamp(13, "d"), "rec", "v13")
+	if !errors.Is(err, context.Canceled) || errors.Is(err, lease.ErrUnknown) || value() != "v12" {
+		t.Fatalf("a write on an ended context = %v (record %q), want context.Canceled, not unknown", err, value())
+	}
+
+	// A stale write whose reply is lost and which go-redis re-sends: it
+	// may not be reported as done; the replay's refusal does not tell
+	// whether the first send was carried out, so it is unknown.
+	px.Set(leasetest.CutNextReply)
+	err = store.Set(ctx, stamp(5, "old"), "rec", "late")
+	if err == nil || value() != "v12" {
+		t.Fatalf("a stale write with a lost reply = %v, record %q", err, value())
+	}
+	// An accepted write whose reply is lost: the replay is the same stamp,
+	// accepted again: done.
+	px.Set(leasetest.CutNextReply)
+	if err := store.Set(ctx, stamp(14, "e"), "rec", "v14"); err != nil || value() != "v14" {
+		t.Fatalf("an accepted write with a lost reply = %v, record %q", err, value())
+	}
+	// A key of another type: the server's refusal of the only send is a
+	// definite error, not unknown, not stale.
+	direct.Set(ctx, "str", "x", 0)
+	if err := store.Set(ctx, stamp(20, "f"), "str", "v"); err == nil || errors.Is(err, lease.ErrUnknown) || errors.Is(err, fence.ErrStale) || !strings.Contains(err.Error(), "WRONGTYPE") {
+		t.Fatalf("a write to a string key = %v, want WRONGTYPE", err)
+	}
+	// A record whose stored token is not a decimal integer is refused
+	// with an error, not compared as whatever Lua makes of it.
+	direct.HSet(ctx, "bad", fence.TokenField, "1e3", fence.OwnerField, "x", "value", "kept")
+	if err := store.Set(ctx, stamp(2000, "g"), "bad", "v"); err == nil || errors.Is(err, fence.ErrStale) || direct.HGet(ctx, "bad", "value").Val() != "kept" {
+		t.Fatalf("a write over a malformed stored token = %v", err)
+	}
+}
+
+// adv31aWaitBlocked waits until a statement on table waits for a lock.
+func adv31aWaitBlocked(t *testing.T, db *sql.DB, table string) {
+	t.Helper()
+	deadline := time.Now().Add(3 * time.Second)
+	for time.Now().Before(deadline) {
+		var n int
+		db.QueryRow("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%' || $1 || '%'", table).Scan(&n)
+		if n > 0 {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Fatal("the second transaction's write never waited for the first's lock")
+}
+
+// Two READ COMMITTED transactions race on one row: the second write
+// blocks on the first's row lock, and after the first commits it is
+// checked against the committed stamp (PostgreSQL re-evaluates the WHERE
+// on the new row version), for Update and for Upsert of a row neither
+// could see at first.
+func TestAdversary31a_SQLReadCommittedRaces(t *testing.T) {
+	db, table := postgres(t)
+	ctx := context.Background()
+	tbl := fence.Table{Name: table, Key: "id"}
+	row := func(id string) (int64, int64, bool) {
+		var bal, tok int64
+		err := db.QueryRow("SELECT balance, fence_token FROM "+table+" WHERE id = $1", id).Scan(&bal, &tok)
+		return bal, tok, err == nil
+	}
+	cases := []struct {
+		name             string
+		first, second    lease.Token
+		upsert, rollback bool
+		wantErr          error
+		wantBal, wantTok int64
+	}{
+		{"update: older after newer", 20, 15, false, false, fence.ErrStale, 20, 20},
+		{"update: newer after older", 15, 20, false, false, nil, 20, 20},
+		{"update: older after a rolled-back newer", 20, 15, false, true, nil, 15, 15},
+		{"upsert: older after a new row", 20, 15, true, false, fence.ErrStale, 20, 20},
+		{"upsert: newer after a new row", 15, 20, true, false, nil, 20, 20},
+		{"upsert: older after a rolled-back new row", 20, 15, true, true, nil, 15, 15},
+	}
+	for i, c := range cases {
+		id := fmt.Sprint("r", i)
+		if !c.upsert {
+			if _, err := db.Exec("INSERT INTO "+table+" (id, fence_token, fence_owner) VALUES ($1, 1, 'init')", id); err != nil {
+				t.Fatal(err)
+			}
+		}
+		write := func(x fence.Execer, tok lease.Token) error {
+			s := stamp(tok, fmt.Sprint("owner-", tok))
+			if c.upsert {
+				return tbl.Upsert(ctx, x, s, id, fence.Set("balance", int64(tok)))
+			}
+			return tbl.Update(ctx, x, s, id, fence.Set("balance", int64(tok)))
+		}
+		tx1, err := db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := write(fence.SQL(tx1), c.first); err != nil {
+			t.Fatalf("%s: first write: %v", c.name, err)
+		}
+		tx2, err := db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
+		if err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan error, 1)
+		go func() { done <- write(fence.SQL(tx2), c.second) }()
+		adv31aWaitBlocked(t, db, table)
+		if c.rollback {
+			tx1.Rollback()
+		} else if err := tx1.Commit(); err != nil {
+			t.Fatal(err)
+		}
+		err = <-done
+		if (c.wantErr == nil) != (err == nil) || (c.wantErr != nil && !errors.Is(err, c.wantErr)) {
+			t.Fatalf("%s: second write = %v, want %v", c.name, err, c.wantErr)
+		}
+		if err := tx2.Commit(); err != nil {
+			t.Fatal(err)
+		}
+		if bal, tok, ok := row(id); !ok || bal != c.wantBal || tok != c.wantTok {
+			t.Fatalf("%s: row %d @%d (found %v), want %d @%d", c.name, bal, tok, ok, c.wantBal, c.wantTok)
+		}
+	}
+}
+
+// A write whose context ends while it waits for another transaction's row
+// lock: an error naming the context, never ErrStale or ErrNoRow, through
+// database/sql and pgx. The server may still carry out the abandoned
+// statement once the lock is free (the client only dropped its
+// connection), so the outcome is not known; but the abandoned write is
+// still checked when it runs: a newer stamp committed by the lock holder
+// refuses it.
+func TestAdversary31a_SQLContextEndsWhileBlocked(t *testing.T) {
+	db, table := postgres(t)
+	ctx := context.Background()
+	tbl := fence.Table{Name: table, Key: "id"}
+	if _, err := db.Exec("INSERT INTO " + table + " (id, balance, fence_token, fence_owner) VALUES ('k', 1, 1, 'init')"); err != nil {
+		t.Fatal(err)
+	}
+	conn := adv31aPgx(t)
+	row := func() (bal, tok int64) {
+		db.QueryRow("SELECT balance, fence_token FROM "+table+" WHERE id = 'k'").Scan(&bal, &tok)
+		return
+	}
+	for j, x := range []fence.Execer{fence.SQL(db), fencepgx.Wrap(conn)} {
+		newer, cut := lease.Token(100*j+20), lease.Token(100*j+10)
+		tx1, err := db.BeginTx(ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := tbl.Update(ctx, fence.SQL(tx1), stamp(newer, "holder"), "k", fence.Set("balance", int64(newer))); err != nil {
+			t.Fatal(err)
+		}
+		for _, upsert := range []bool{false, true} {
+			wctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+			var err error
+			if upsert {
+				err = tbl.Upsert(wctx, x, stamp(cut, "late"), "k", fence.Set("balance", int64(cut)))
+			} else {
+				err = tbl.Update(wctx, x, stamp(cut, "late"), "k", fence.Set("balance", int64(cut)))
+			}
+			cancel()
+			if err == nil || errors.Is(err, fence.ErrStale) || errors.Is(err, fence.ErrNoRow) {
+				t.Fatalf("%T upsert=%v: a write cut by its context = %v", x, upsert, err)
+			}
+		}
+		if err := tx1.Commit(); err != nil {
+			t.Fatal(err)
+		}
+		// Let the abandoned statements, if any, run to their end.
+		deadline := time.Now().Add(3 * time.Second)
+		for time.Now().Before(deadline) {
+			var n int
+			db.QueryRow("SELECT count(*) FROM pg_stat_activity WHERE state = 'active' AND pid <> pg_backend_pid() AND query LIKE '%' || $1 || '%'", table).Scan(&n)
+			if n == 0 {
+				break
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		if bal, tok := row(); bal != int64(newer) || tok != int64(newer) {
+			t.Fatalf("%T: row %d @%d, want the holder's %d: an abandoned older write was carried out unchecked", x, bal, tok, newer)
+		}
 	}
 }
