@@ -710,3 +710,73 @@ func TestAdversary31a_SQLContextEndsWhileBlocked(t *testing.T) {
 		}
 	}
 }
+
+// Kept leases: calls from the same Client reuse the grant (same token and
+// owner), and every store accepts their writes; another Client's grant
+// then supersedes them, and a late write under the kept stamp is refused
+// everywhere.
+func TestAdversary31a_KeptLeaseAcrossStores(t *testing.T) {
+	stores := adv31aStores(t)
+	srv := leasetest.StartRedis(t)
+	c1, err := lease.New(srv.Client(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c1.Close()
+	c2, err := lease.New(srv.Client(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c2.Close()
+	ctx := context.Background()
+	keep := lease.Spec{TTL: 2 * time.Second, Deadline: 5 * time.Second, Fence: true, Keep: 10 * time.Second}
+	var stamps []fence.Stamp
+	for i := range 3 {
+		err := c1.Do(ctx, "kept", keep, func(ctx context.Context) error {
+			s, err := fence.From(ctx)
+			if err != nil {
+				return err
+			}
+			stamps = append(stamps, s)
+			for _, st := range stores {
+				if err := st.write(s, int64(i)); err != nil {
+					return fmt.Errorf("%s: kept call %d: %w", st.name, i, err)
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if stamps[0].Token != stamps[2].Token || stamps[0].Owner != stamps[2].Owner {
+		t.Fatalf("kept calls got stamps %d/%s and %d/%s", stamps[0].Token, stamps[0].Owner, stamps[2].Token, stamps[2].Owner)
+	}
+	// Another Client waits for the key: the kept lease is handed over.
+	err = c2.Do(ctx, "kept", lease.Spec{TTL: 2 * time.Second, Deadline: 5 * time.Second, Wait: 4 * time.Second, Fence: true}, func(ctx context.Context) error {
+		s, err := fence.From(ctx)
+		if err != nil {
+			return err
+		}
+		if s.Token <= stamps[0].Token {
+			return fmt.Errorf("the next grant's token %d is not above the kept %d", s.Token, stamps[0].Token)
+		}
+		for _, st := range stores {
+			if err := st.write(s, 100); err != nil {
+				return fmt.Errorf("%s: the new holder: %w", st.name, err)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, st := range stores {
+		if err := st.write(stamps[0], 7); !errors.Is(err, fence.ErrStale) {
+			t.Fatalf("%s: a late write under the kept stamp = %v, want ErrStale", st.name, err)
+		}
+		if v, _, _ := st.read(); v != 100 {
+			t.Fatalf("%s: value %d, want the new holder's 100", st.name, v)
+		}
+	}
+}
