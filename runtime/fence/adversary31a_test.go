@@ -780,3 +780,58 @@ func TestAdversary31a_KeptLeaseAcrossStores(t *testing.T) {
 		}
 	}
 }
+
+// A record whose slot moves to another master while a client's slot map
+// is stale: the write is redirected (ASK while the slot migrates, MOVED
+// after) and sent twice. An admitted write is done (nil); a refused one
+// is ErrStale or, since a second send cannot be told from a retry after
+// a lost reply, lease.ErrUnknown; never nil, and nothing written.
+func TestAdversary31a_RedisClusterRedirectedWrites(t *testing.T) {
+	cl := leasetest.StartCluster(t, 3)
+	ctx := context.Background()
+	rdb := cl.Client(t)
+	store := fence.NewRedis(rdb)
+	const key = "rec:{moving}"
+	check := func(step string, s fence.Stamp, wantOK bool) {
+		t.Helper()
+		err := store.Set(ctx, s, key, fmt.Sprint(s.Token))
+		switch {
+		case wantOK && err != nil:
+			t.Fatalf("%s: admitted write %d = %v", step, s.Token, err)
+		case !wantOK && !errors.Is(err, fence.ErrStale) && !errors.Is(err, lease.ErrUnknown):
+			t.Fatalf("%s: refused write %d = %v, want ErrStale or lease.ErrUnknown", step, s.Token, err)
+		}
+		if !wantOK {
+			t.Logf("%s: refused write: %v", step, err)
+		}
+	}
+	check("before", stamp(20, "a"), true)
+	from, err := cl.MasterForKey(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var to *leasetest.Server
+	for _, s := range cl.Nodes {
+		if s != from {
+			to = s
+			break
+		}
+	}
+	m, err := cl.BeginMigration(ctx, leasetest.Slot(key), to)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.MoveKeys(ctx, 0); err != nil {
+		t.Fatal(err)
+	}
+	check("ASK", stamp(10, "b"), false)
+	check("ASK", stamp(30, "c"), true)
+	if err := m.Finish(ctx); err != nil {
+		t.Fatal(err)
+	}
+	check("MOVED", stamp(25, "d"), false)
+	check("MOVED", stamp(40, "e"), true)
+	if v, _ := store.Get(ctx, key); v != "40" {
+		t.Fatalf("value %q, want 40", v)
+	}
+}
