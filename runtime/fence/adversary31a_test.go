@@ -835,3 +835,92 @@ func TestAdversary31a_RedisClusterRedirectedWrites(t *testing.T) {
 		t.Fatalf("value %q, want 40", v)
 	}
 }
+
+// pgx in every query exec mode (the simple protocol of PgBouncer setups
+// included) and a database/sql *sql.Conn: Update, Upsert and Delete keep
+// the rule, with tokens at the top of bigint, and a column named after
+// the stamp columns cannot forge the stamp.
+func TestAdversary31a_SQLExecModes(t *testing.T) {
+	db, table := postgres(t)
+	ctx := context.Background()
+	tbl := fence.Table{Name: table, Key: "id"}
+	sconn, err := db.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sconn.Close()
+	execers := map[string]fence.Execer{"sql.Conn": fence.SQL(sconn)}
+	for name, mode := range map[string]pgx.QueryExecMode{
+		"cache-statement": pgx.QueryExecModeCacheStatement,
+		"cache-describe":  pgx.QueryExecModeCacheDescribe,
+		"describe-exec":   pgx.QueryExecModeDescribeExec,
+		"exec":            pgx.QueryExecModeExec,
+		"simple":          pgx.QueryExecModeSimpleProtocol,
+	} {
+		cfg, err := pgx.ParseConfig(adv13PGURL())
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg.DefaultQueryExecMode = mode
+		conn, err := pgx.ConnectConfig(ctx, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close(ctx)
+		execers[name] = fencepgx.Wrap(conn)
+	}
+	for name, x := range execers {
+		id := "row-" + name
+		steps := []struct {
+			op   string
+			tok  lease.Token
+			own  string
+			want error
+		}{
+			{"update", 5, "a", fence.ErrNoRow},
+			{"upsert", math.MaxInt64 - 1, "a", nil},
+			{"update", math.MaxInt64 - 1, "a", nil},
+			{"update", math.MaxInt64 - 1, "b", fence.ErrStale},
+			{"upsert", math.MaxInt64 - 2, "b", fence.ErrStale},
+			{"delete", math.MaxInt64 - 2, "b", fence.ErrStale},
+			{"delete", math.MaxInt64 - 1, "b", fence.ErrStale},
+			{"update", math.MaxInt64, "c", nil},
+			{"delete", math.MaxInt64, "c", nil},
+			{"update", math.MaxInt64, "c", fence.ErrNoRow},
+			{"delete", 1, "z", nil}, // no row: nothing to do
+		}
+		for i, s := range steps {
+			st := stamp(s.tok, s.own)
+			var err error
+			switch s.op {
+			case "update":
+				err = tbl.Update(ctx, x, st, id, fence.Set("writer", fmt.Sprint(i)))
+			case "upsert":
+				err = tbl.Upsert(ctx, x, st, id, fence.Set("writer", fmt.Sprint(i)))
+			case "delete":
+				err = tbl.Delete(ctx, x, st, id)
+			}
+			if (s.want == nil) != (err == nil) || (s.want != nil && !errors.Is(err, s.want)) {
+				t.Fatalf("%s step %d %s %d/%s = %v, want %v", name, i, s.op, s.tok, s.own, err, s.want)
+			}
+		}
+		// Forging the stamp through a column: an error, nothing written.
+		if err := tbl.Upsert(ctx, x, stamp(10, "f"), id, fence.Set("writer", "x")); err != nil {
+			t.Fatal(err)
+		}
+		for _, col := range []string{"fence_token", "fence_owner"} {
+			if err := tbl.Update(ctx, x, stamp(11, "f"), id, fence.Set(col, "1")); err == nil {
+				t.Fatalf("%s: Update setting %s accepted", name, col)
+			}
+			if err := tbl.Upsert(ctx, x, stamp(11, "f"), id, fence.Set(col, "1")); err == nil {
+				t.Fatalf("%s: Upsert setting %s accepted", name, col)
+			}
+		}
+		var tok int64
+		var owner, writer string
+		db.QueryRow("SELECT fence_token, fence_owner, writer FROM "+table+" WHERE id = $1", id).Scan(&tok, &owner, &writer)
+		if tok != 10 || owner != "f" || writer != "x" {
+			t.Fatalf("%s: row %d/%s %q after the forging attempts", name, tok, owner, writer)
+		}
+	}
+}
