@@ -924,3 +924,41 @@ func TestAdversary31a_SQLExecModes(t *testing.T) {
 		}
 	}
 }
+
+// A redis.Ring moves a key to another shard when its shard misses
+// heartbeats, and the record's stamp stays behind: a stale write would
+// then land on a shard with no stamp and be accepted. The lease package
+// refuses a Ring; the fence store must not accept writes through one.
+func TestAdversary31a_RedisRingRefused(t *testing.T) {
+	a, b := leasetest.StartRedis(t), leasetest.StartRedis(t)
+	ring := redis.NewRing(&redis.RingOptions{
+		Addrs:              map[string]string{"a": a.Addr(), "b": b.Addr()},
+		HeartbeatFrequency: 20 * time.Millisecond,
+		DialTimeout:        100 * time.Millisecond,
+		ReadTimeout:        100 * time.Millisecond,
+		MaxRetries:         -1,
+	})
+	t.Cleanup(func() { ring.Close() })
+	store := fence.NewRedis(ring)
+	ctx := context.Background()
+	const key = "rec"
+	err := store.Set(ctx, stamp(20, "new"), key, "v20")
+	home, other := a, b
+	if b.Client(t).Exists(ctx, key).Val() == 1 {
+		home, other = b, a
+	}
+	if err == nil {
+		home.Stop() // the record's shard goes away: the ring remaps its keys
+	}
+	deadline := time.Now().Add(1500 * time.Millisecond)
+	for time.Now().Before(deadline) {
+		if err := store.Set(ctx, stamp(10, "stale"), key, "v10"); err == nil {
+			h := other.Client(t).HGetAll(ctx, key).Val()
+			t.Fatalf("a write with token 10 after 20 was accepted through a redis.Ring (another shard now holds %v)", h)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if err := store.Set(ctx, stamp(30, "newer"), "other", "v"); err == nil || !strings.Contains(err.Error(), "Ring") {
+		t.Fatalf("a write through a redis.Ring = %v, want an error naming the Ring", err)
+	}
+}
