@@ -32,8 +32,22 @@ const (
 // 2^53, where Lua numbers, doubles, would skip integers).
 type Redis struct{ rdb redis.UniversalClient }
 
-// NewRedis returns a Redis writer on rdb.
+// NewRedis returns a Redis writer on rdb: a *redis.Client or a
+// *redis.ClusterClient. A *redis.Ring is refused (its writes and reads
+// return errRing): it remaps keys when a shard misses heartbeats, and a
+// record's stamp stays on the old shard, so a stale write would be
+// accepted on the new one.
 func NewRedis(rdb redis.UniversalClient) *Redis { return &Redis{rdb: rdb} }
+
+var errRing = errors.New("fence: redis.Ring is not supported: it remaps keys when a shard misses heartbeats, leaving a record's stamp behind; use a *redis.Client or *redis.ClusterClient")
+
+// usable refuses a Ring.
+func (r *Redis) usable() error {
+	if _, ok := r.rdb.(*redis.Ring); ok {
+		return errRing
+	}
+	return nil
+}
 
 // HSet sets field/value pairs on the hash at key if s admits its stamp.
 //
@@ -49,6 +63,9 @@ func NewRedis(rdb redis.UniversalClient) *Redis { return &Redis{rdb: rdb} }
 // no write can forge the stamp that later writes are checked against.
 func (r *Redis) HSet(ctx context.Context, s Stamp, key string, fieldValues ...string) error {
 	if err := s.check(); err != nil {
+		return err
+	}
+	if err := r.usable(); err != nil {
 		return err
 	}
 	if len(fieldValues)%2 != 0 {
@@ -133,5 +150,8 @@ func (r *Redis) Set(ctx context.Context, s Stamp, key, value string) error {
 
 // Get returns the value Set stored at key, and redis.Nil when there is none.
 func (r *Redis) Get(ctx context.Context, key string) (string, error) {
+	if err := r.usable(); err != nil {
+		return "", err
+	}
 	return r.rdb.HGet(ctx, key, valueField).Result()
 }
