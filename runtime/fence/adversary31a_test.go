@@ -962,3 +962,95 @@ func TestAdversary31a_RedisRingRefused(t *testing.T) {
 		t.Fatalf("a write through a redis.Ring = %v, want an error naming the Ring", err)
 	}
 }
+
+// Lost replies between the SQL client and PostgreSQL (a TCP proxy cuts
+// the reply, or holds it past the deadline): a write reported done was
+// carried out, and a lost reply is never ErrStale or ErrNoRow (refused,
+// which it was not); through pgx (which does not re-send: an error for a
+// write carried out) and database/sql (which may find the connection
+// dead before sending, and send again), for Update and Upsert.
+func TestAdversary31a_SQLLostReplies(t *testing.T) {
+	db, table := postgres(t)
+	ctx := context.Background()
+	tbl := fence.Table{Name: table, Key: "id"}
+	u, err := pgx.ParseConfig(adv13PGURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	px := leasetest.StartProxy(t, fmt.Sprintf("%s:%d", u.Host, u.Port))
+	u.Host, u.Port = "127.0.0.1", 0
+	host, port, _ := net.SplitHostPort(px.Addr())
+	u.Host = host
+	fmt.Sscan(port, &u.Port)
+	conn, err := pgx.ConnectConfig(ctx, u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close(context.Background()) })
+	pdb, err := sql.Open("pgx", strings.Replace(adv13PGURL(), "127.0.0.1:5432", px.Addr(), 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { pdb.Close() })
+	pdb.SetMaxOpenConns(1)
+	if err := pdb.PingContext(ctx); err != nil {
+		t.Fatal(err)
+	}
+	tok := lease.Token(100)
+	for _, via := range []string{"pgx", "database/sql"} {
+		for _, fault := range []string{"cut", "timeout"} {
+			for _, upsert := range []bool{false, true} {
+				tok++
+				id := fmt.Sprint(via, "-", fault, "-", upsert)
+				if _, err := db.Exec("INSERT INTO "+table+" (id, fence_token, fence_owner) VALUES ($1, 1, 'init')", id); err != nil {
+					t.Fatal(err)
+				}
+				var x fence.Execer = fence.SQL(pdb)
+				if via == "pgx" {
+					if conn.IsClosed() {
+						if conn, err = pgx.ConnectConfig(ctx, u); err != nil {
+							t.Fatal(err)
+						}
+						t.Cleanup(func() { conn.Close(context.Background()) })
+					}
+					x = fencepgx.Wrap(conn)
+				}
+				// The same statement once without a fault first, so that
+				// the faulty reply is the write's, not its preparation's.
+				s := stamp(tok, "w")
+				write := func(ctx context.Context, id string) error {
+					if upsert {
+						return tbl.Upsert(ctx, x, s, id, fence.Set("balance", int64(tok)))
+					}
+					return tbl.Update(ctx, x, s, id, fence.Set("balance", int64(tok)))
+				}
+				if err := write(ctx, id+"-warm"); err != nil && !errors.Is(err, fence.ErrNoRow) {
+					t.Fatal(err)
+				}
+				wctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+				if fault == "cut" {
+					px.Set(leasetest.CutNextReply)
+				} else {
+					px.Set(leasetest.Blackhole)
+					wctx, cancel = context.WithTimeout(ctx, 300*time.Millisecond)
+				}
+				err = write(wctx, id)
+				cancel()
+				px.Set(leasetest.Pass)
+				px.CloseConns()
+				var bal int64
+				db.QueryRow("SELECT balance FROM "+table+" WHERE id = $1", id).Scan(&bal)
+				switch {
+				case errors.Is(err, fence.ErrStale) || errors.Is(err, fence.ErrNoRow):
+					t.Fatalf("%s: a write whose reply was lost = %v (balance %d)", id, err, bal)
+				case err == nil && bal != int64(tok):
+					t.Fatalf("%s: reported done, balance %d", id, bal)
+				case via == "pgx" && (err == nil || bal != int64(tok)):
+					// pgx does not re-send: the cut reply was the write's.
+					t.Fatalf("%s: %v, balance %d: want an error for a write carried out", id, err, bal)
+				}
+				t.Logf("%s: %v (balance %d)", id, err, bal)
+			}
+		}
+	}
+}
