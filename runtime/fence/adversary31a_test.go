@@ -1054,3 +1054,75 @@ func TestAdversary31a_SQLLostReplies(t *testing.T) {
 		}
 	}
 }
+
+// Fenced leases nested on different keys: tokens are ordered per key. A
+// holder of "acct" whose lease was lost unnoticed (deleted from outside,
+// so it learns at its next renewal) takes a fenced lease on "audit" after
+// the new holder of "acct" wrote: the inner lease's token (From) is above
+// the new holder's and would overwrite its record; the outer lease's
+// stamp (FromKey) is refused.
+func TestAdversary31a_NestedFencedLeasesFromKey(t *testing.T) {
+	srv := leasetest.StartRedis(t)
+	direct := srv.Client(t)
+	cA, err := lease.New(srv.Client(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cA.Close()
+	cB, err := lease.New(srv.Client(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cB.Close()
+	store := fence.NewRedis(direct)
+	ctx := context.Background()
+	spec := lease.Spec{TTL: 3 * time.Second, Deadline: 10 * time.Second, Fence: true}
+	var innerErr, outerErr error
+	var inner, outer, fromInner fence.Stamp
+	err = cA.Do(ctx, "acct", spec, func(ctx context.Context) error {
+		for _, k := range direct.Keys(ctx, "*").Val() {
+			if strings.HasSuffix(k, ":l") {
+				direct.Del(ctx, k) // the lease ends without notice
+			}
+		}
+		if err := cB.Do(context.Background(), "acct", spec, func(ctx context.Context) error {
+			s, err := fence.FromKey(ctx, "acct")
+			if err != nil {
+				return err
+			}
+			return store.Set(ctx, s, "acct-record", "B")
+		}); err != nil {
+			return fmt.Errorf("the new holder: %w", err)
+		}
+		return cA.Do(ctx, "audit", spec, func(ctx context.Context) error {
+			var err error
+			if fromInner, err = fence.From(ctx); err != nil {
+				return err
+			}
+			if inner, err = fence.FromKey(ctx, "audit"); err != nil {
+				return err
+			}
+			if outer, err = fence.FromKey(ctx, "acct"); err != nil {
+				return err
+			}
+			outerErr = store.Set(ctx, outer, "acct-record", "A late")
+			innerErr = fence.NewMemory[int]().Set(inner, "audit-record", 1)
+			return nil
+		})
+	})
+	if !errors.Is(err, lease.ErrLost) {
+		t.Fatalf("A's call = %v, want ErrLost", err)
+	}
+	if fromInner.Token != inner.Token || fromInner.Owner != inner.Owner || inner.Token == outer.Token {
+		t.Fatalf("From = %d, FromKey(audit) = %d, FromKey(acct) = %d", fromInner.Token, inner.Token, outer.Token)
+	}
+	if !errors.Is(outerErr, fence.ErrStale) || innerErr != nil {
+		t.Fatalf("late write under the outer stamp = %v (want ErrStale); inner resource write = %v", outerErr, innerErr)
+	}
+	if v, _ := store.Get(ctx, "acct-record"); v != "B" {
+		t.Fatalf("record %q, want the new holder's B", v)
+	}
+	if _, err := fence.FromKey(ctx, "acct"); !errors.Is(err, fence.ErrNoLease) {
+		t.Fatalf("FromKey without a lease = %v", err)
+	}
+}
