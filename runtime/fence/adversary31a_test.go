@@ -1126,3 +1126,27 @@ func TestAdversary31a_NestedFencedLeasesFromKey(t *testing.T) {
 		t.Fatalf("FromKey without a lease = %v", err)
 	}
 }
+
+// HSet takes any number of field/value pairs: many pairs (past Lua's
+// unpack limit of about 8000 values) are written whole, under the stamp.
+func TestAdversary31a_RedisHSetManyPairs(t *testing.T) {
+	srv := leasetest.StartRedis(t)
+	rdb := srv.Client(t)
+	store := fence.NewRedis(rdb)
+	ctx := context.Background()
+	const n = 12345
+	fv := make([]string, 0, 2*n)
+	for i := range n {
+		fv = append(fv, fmt.Sprint("f", i), fmt.Sprint(i))
+	}
+	if err := store.HSet(ctx, stamp(10, "a"), "rec", fv...); err != nil {
+		t.Fatalf("HSet of %d pairs: %v", n, err)
+	}
+	h := rdb.HGetAll(ctx, "rec").Val()
+	if len(h) != n+2 || h["f0"] != "0" || h[fmt.Sprint("f", n-1)] != fmt.Sprint(n-1) || h[fence.TokenField] != "10" {
+		t.Fatalf("record has %d fields, stamp %s", len(h), h[fence.TokenField])
+	}
+	if err := store.HSet(ctx, stamp(9, "b"), "rec", fv...); !errors.Is(err, fence.ErrStale) {
+		t.Fatalf("a stale HSet of %d pairs = %v", n, err)
+	}
+}
