@@ -35,8 +35,9 @@ if cur[1] then
     return {0, cur[1], cur[2] or ''}
   end
 end
-if #ARGV > 2 then
-  redis.call('HSET', KEYS[1], unpack(ARGV, 3))
+-- In chunks: unpack returns at most a few thousand values.
+for i = 3, #ARGV, 1000 do
+  redis.call('HSET', KEYS[1], unpack(ARGV, i, math.min(i + 999, #ARGV)))
 end
 redis.call('HSET', KEYS[1], '_fence_token', ARGV[1], '_fence_owner', ARGV[2])
 return {1}
