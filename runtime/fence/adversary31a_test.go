@@ -1160,3 +1160,29 @@ func TestAdversary31a_RedisHSetManyPairs(t *testing.T) {
 		t.Fatalf("a stale HSet of %d pairs = %v", n, err)
 	}
 }
+
+// A SQL write on a context that has already ended is never sent: the
+// context's error, not an unknown outcome, and nothing written.
+func TestAdversary31a_SQLEndedContextNotUnknown(t *testing.T) {
+	db, table := postgres(t)
+	tbl := fence.Table{Name: table, Key: "id"}
+	conn := adv31aPgx(t)
+	dead, cancel := context.WithCancel(context.Background())
+	cancel()
+	for _, x := range []fence.Execer{fence.SQL(db), fencepgx.Wrap(conn)} {
+		for _, op := range []func() error{
+			func() error { return tbl.Upsert(dead, x, stamp(5, "a"), "k", fence.Set("balance", 5)) },
+			func() error { return tbl.Update(dead, x, stamp(5, "a"), "k", fence.Set("balance", 5)) },
+			func() error { return tbl.Delete(dead, x, stamp(5, "a"), "k") },
+		} {
+			if err := op(); !errors.Is(err, context.Canceled) || errors.Is(err, lease.ErrUnknown) {
+				t.Fatalf("%T: a write on an ended context = %v, want context.Canceled, not unknown", x, err)
+			}
+		}
+	}
+	var n int
+	db.QueryRow("SELECT count(*) FROM " + table).Scan(&n)
+	if n != 0 {
+		t.Fatalf("%d rows written on an ended context", n)
+	}
+}
