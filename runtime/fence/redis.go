@@ -86,17 +86,20 @@ func (r *Redis) HSet(ctx context.Context, s Stamp, key string, fieldValues ...st
 	// Script.Run's EVALSHA, then EVAL on NOSCRIPT, with the sends counted:
 	// earlier is how many sends besides the answered one may have run.
 	cmd := r.rdb.EvalSha(ctx, hsetScript.Hash(), keys, args...)
-	earlier := tok.sent.Load() - 1
+	earlier := max(tok.sent.Load()-1, 0)
 	if err := cmd.Err(); err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
+		// The send answered NOSCRIPT ran nothing; any before it may have.
 		tok = &sentArg{s: tok.s}
 		args[0] = tok
 		cmd = r.rdb.Eval(ctx, hsetSrc, keys, args...)
-		earlier += tok.sent.Load() - 1 // the NOSCRIPT answer itself ran nothing
+		earlier += max(tok.sent.Load()-1, 0)
 	}
 	res, err := cmd.Slice()
 	if err != nil {
 		var reply redis.Error
 		switch {
+		case tok.sent.Load() == 0 && earlier > 0:
+			return fmt.Errorf("%w: fenced write to %q: an earlier send may have been carried out, the last was not sent: %w", lease.ErrUnknown, key, err)
 		case tok.sent.Load() == 0:
 			return err // never sent: not carried out
 		case !errors.As(err, &reply):
