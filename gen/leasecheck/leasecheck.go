@@ -372,7 +372,7 @@ func isTokenReader(f *types.Func) bool {
 		return false
 	}
 	switch f.Pkg().Path() + "." + f.Name() {
-	case leasePkg + ".TokenFrom", leasePkg + ".FencedFrom", fencePkg + ".From":
+	case leasePkg + ".TokenFrom", leasePkg + ".FencedFrom", leasePkg + ".FencedFromKey", fencePkg + ".From", fencePkg + ".FromKey":
 		return true
 	}
 	return false

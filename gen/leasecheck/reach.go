@@ -13,7 +13,7 @@ import (
 )
 
 // checkUnreachedTokens reports token reads (lease.TokenFrom, FencedFrom,
-// fence.From) in functions that no fenced lease can reach: outside a
+// FencedFromKey, fence.From, FromKey) in functions that no fenced lease can reach: outside a
 // fenced lease they always find no token, so the write they guard is
 // never fenced.
 //

@@ -38,10 +38,29 @@ type Stamp struct {
 }
 
 // From returns the stamp of the innermost fenced lease in ctx.
+//
+// Tokens are ordered per lease key: with fenced leases nested on
+// different keys, From returns the inner lease's stamp, which says nothing
+// about the outer key's later holders (a late holder of the outer key
+// that takes an inner lease gets a token above theirs). Write the outer
+// key's resource with FromKey(ctx, outerKey), or a stamp taken before the
+// nested call.
 func From(ctx context.Context) (Stamp, error) {
 	l, ok := lease.FencedFrom(ctx)
 	if !ok {
 		return Stamp{}, ErrNoLease
+	}
+	return Stamp{Token: l.Token(), Owner: l.Owner(), lease: l}, nil
+}
+
+// FromKey returns the stamp of the innermost fenced lease in ctx on key
+// (the key passed to Do): the one whose token the resource key protects
+// must be checked against, even inside a nested fenced lease on another
+// key.
+func FromKey(ctx context.Context, key string) (Stamp, error) {
+	l, ok := lease.FencedFromKey(ctx, key)
+	if !ok {
+		return Stamp{}, fmt.Errorf("fence: no fenced lease on %q in the context: %w", key, ErrNoLease)
 	}
 	return Stamp{Token: l.Token(), Owner: l.Owner(), lease: l}, nil
 }
@@ -53,10 +72,15 @@ func (s Stamp) Admits(cur Stamp) bool {
 
 // stale builds the ErrStale error for a refused write and reports it.
 func (s Stamp) stale(resource string, cur Stamp) error {
+	return s.report(s.staleErr(resource, cur))
+}
+
+// staleErr builds the ErrStale error for a refused write, unreported.
+func (s Stamp) staleErr(resource string, cur Stamp) error {
 	if cur.Token == s.Token {
-		return s.report(fmt.Errorf("%s: token %d was granted to another owner: %w", resource, s.Token, ErrStale))
+		return fmt.Errorf("%s: token %d was granted to another owner: %w", resource, s.Token, ErrStale)
 	}
-	return s.report(fmt.Errorf("%s: token %d is older than the accepted %d: %w", resource, s.Token, cur.Token, ErrStale))
+	return fmt.Errorf("%s: token %d is older than the accepted %d: %w", resource, s.Token, cur.Token, ErrStale)
 }
 
 // staleSince builds the ErrStale error for a write a row's stamp refused

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"sync/atomic"
 
 	"github.com/redis/go-redis/v9"
 
@@ -26,18 +27,45 @@ const (
 
 // Redis writes fenced records kept in Redis. Each record is one hash (the
 // data fields plus TokenField and OwnerField), so a write touches one key
-// and is Cluster-safe. Tokens are compared as Lua numbers: exact below 2^53
-// (server microseconds stay below that for centuries).
+// and is Cluster-safe. Tokens are compared as decimal digits, exactly over
+// the whole range of lease.Token (the lease package mints exact tokens past
+// 2^53, where Lua numbers, doubles, would skip integers).
 type Redis struct{ rdb redis.UniversalClient }
 
-// NewRedis returns a Redis writer on rdb.
+// NewRedis returns a Redis writer on rdb: a *redis.Client or a
+// *redis.ClusterClient. A *redis.Ring is refused (its writes and reads
+// return errRing): it remaps keys when a shard misses heartbeats, and a
+// record's stamp stays on the old shard, so a stale write would be
+// accepted on the new one.
 func NewRedis(rdb redis.UniversalClient) *Redis { return &Redis{rdb: rdb} }
 
+var errRing = errors.New("fence: redis.Ring is not supported: it remaps keys when a shard misses heartbeats, leaving a record's stamp behind; use a *redis.Client or *redis.ClusterClient")
+
+// usable refuses a Ring.
+func (r *Redis) usable() error {
+	if _, ok := r.rdb.(*redis.Ring); ok {
+		return errRing
+	}
+	return nil
+}
+
 // HSet sets field/value pairs on the hash at key if s admits its stamp.
+//
+// It returns nil when written and ErrStale when refused (nothing written).
+// An error wrapping lease.ErrUnknown means the write may or may not have
+// been carried out: it was sent and no reply was read (a timeout, a
+// dropped connection, the context ending), or go-redis sent it more than
+// once (its retry after a lost reply, a Cluster redirect) and the last
+// send was refused or answered with an error, which does not say whether
+// an earlier send was carried out. Other errors mean it was not: never
+// sent, or refused by the server (WRONGTYPE, NOPERM, ...).
 // TokenField and OwnerField are reserved: a pair naming one is refused, so
 // no write can forge the stamp that later writes are checked against.
 func (r *Redis) HSet(ctx context.Context, s Stamp, key string, fieldValues ...string) error {
 	if err := s.check(); err != nil {
+		return err
+	}
+	if err := r.usable(); err != nil {
 		return err
 	}
 	if len(fieldValues)%2 != 0 {
@@ -48,22 +76,75 @@ func (r *Redis) HSet(ctx context.Context, s Stamp, key string, fieldValues ...st
 			return fmt.Errorf("fence: HSet on %q: field %q is reserved for the fencing stamp", key, f)
 		}
 	}
+	tok := &sentArg{s: strconv.FormatUint(uint64(s.Token), 10)}
 	args := make([]any, 0, 2+len(fieldValues))
-	args = append(args, strconv.FormatUint(uint64(s.Token), 10), s.Owner)
+	args = append(args, tok, s.Owner)
 	for _, fv := range fieldValues {
 		args = append(args, fv)
 	}
-	res, err := hsetScript.Run(ctx, r.rdb, []string{key}, args...).Slice()
+	keys := []string{key}
+	// Script.Run's EVALSHA, then EVAL on NOSCRIPT, with the sends counted:
+	// earlier is how many sends besides the answered one may have run.
+	cmd := r.rdb.EvalSha(ctx, hsetScript.Hash(), keys, args...)
+	earlier := max(tok.sent.Load()-1, 0)
+	if err := cmd.Err(); err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
+		// The send answered NOSCRIPT ran nothing; any before it may have.
+		tok = &sentArg{s: tok.s}
+		args[0] = tok
+		cmd = r.rdb.Eval(ctx, hsetSrc, keys, args...)
+		earlier += max(tok.sent.Load()-1, 0)
+	}
+	res, err := cmd.Slice()
 	if err != nil {
+		var reply redis.Error
+		switch {
+		case tok.sent.Load() == 0 && earlier > 0:
+			return fmt.Errorf("%w: fenced write to %q: an earlier send may have been carried out, the last was not sent: %w", lease.ErrUnknown, key, err)
+		case tok.sent.Load() == 0:
+			return err // never sent: not carried out
+		case !errors.As(err, &reply):
+			return fmt.Errorf("%w: fenced write to %q sent, no reply read: %w", lease.ErrUnknown, key, err)
+		case earlier > 0:
+			return fmt.Errorf("%w: fenced write to %q sent %d times, the last answered %w", lease.ErrUnknown, key, earlier+1, err)
+		}
 		return err
 	}
-	if ok, _ := res[0].(int64); ok == 1 {
-		return nil
+	if len(res) == 3 {
+		if ok, _ := res[0].(int64); ok == 0 {
+			cur, _ := strconv.ParseUint(fmt.Sprint(res[1]), 10, 64)
+			owner, _ := res[2].(string)
+			if earlier > 0 {
+				// go-redis re-sent the write (a lost reply, a Cluster
+				// redirect): an earlier send may have been carried out
+				// before the stamp that refused this one was written.
+				return fmt.Errorf("%w: fenced write to %q sent %d times: the last was refused by token %d, an earlier one may have been carried out", lease.ErrUnknown, key, earlier+1, cur)
+			}
+			return s.stale(key, Stamp{Token: lease.Token(cur), Owner: owner})
+		}
 	}
-	cur, _ := strconv.ParseUint(fmt.Sprint(res[1]), 10, 64)
-	owner, _ := res[2].(string)
-	return s.stale(key, Stamp{Token: lease.Token(cur), Owner: owner})
+	if len(res) == 1 {
+		if ok, _ := res[0].(int64); ok == 1 {
+			return nil
+		}
+	}
+	return fmt.Errorf("%w: fenced write to %q: unexpected reply %v", lease.ErrUnknown, key, res)
 }
+
+// sentArg is the token argument of a fenced write: it counts how often
+// go-redis wrote the command to a connection (it retries after a lost
+// reply, and follows Cluster redirects), to tell a refusal of the only
+// send from one that a carried-out earlier send may have preceded.
+type sentArg struct {
+	s    string
+	sent atomic.Int32
+}
+
+func (a *sentArg) MarshalBinary() ([]byte, error) {
+	a.sent.Add(1)
+	return []byte(a.s), nil
+}
+
+func (a *sentArg) String() string { return a.s }
 
 // Set stores value as the record at key if s admits its stamp.
 func (r *Redis) Set(ctx context.Context, s Stamp, key, value string) error {
@@ -72,5 +153,8 @@ func (r *Redis) Set(ctx context.Context, s Stamp, key, value string) error {
 
 // Get returns the value Set stored at key, and redis.Nil when there is none.
 func (r *Redis) Get(ctx context.Context, key string) (string, error) {
+	if err := r.usable(); err != nil {
+		return "", err
+	}
 	return r.rdb.HGet(ctx, key, valueField).Result()
 }

@@ -5,8 +5,12 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"io"
 	"math"
+	"net"
 	"strings"
+
+	"github.com/leasegen/leasegen/runtime/lease"
 )
 
 // Table is a SQL table whose rows carry the stamp of their last write in
@@ -19,6 +23,12 @@ import (
 // write are one atomic statement. Tokens above math.MaxInt64 (which lease
 // tokens, server time in microseconds, never reach) are refused with an
 // error rather than stored as negative bigints.
+//
+// A write whose statement was sent but whose answer was not read (a
+// dropped connection, a timeout, the context ending mid-way) returns an
+// error wrapping lease.ErrUnknown: it may have been carried out, even
+// after the error was returned (the server runs a statement whose client
+// has gone), and it is checked against the row's stamp whenever it runs.
 //
 // A write that changed no row is explained by a second statement that
 // reads the row's stamp, so the table must not drop writes by itself (a
@@ -76,6 +86,34 @@ func (e sqlExecer) QueryStamp(ctx context.Context, q string, args ...any) (int64
 		return 0, "", false, nil
 	}
 	return tok, owner, err == nil, err
+}
+
+// exec runs a write statement. A statement that may have been carried
+// out without its answer being read (the connection failed or the
+// context ended after it was sent) is an error wrapping lease.ErrUnknown;
+// one the context had ended before is the context's error.
+func exec(ctx context.Context, db Execer, q string, args ...any) (int64, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	rows, err := db.Exec(ctx, q, args...)
+	if err != nil && sentNoAnswer(err) {
+		return 0, fmt.Errorf("%w: the write was sent and its answer not read: %w", lease.ErrUnknown, err)
+	}
+	return rows, err
+}
+
+// sentNoAnswer reports whether err is a connection failure or an ended
+// context, and not one the driver says came before anything was sent
+// (pgconn's SafeToRetry). A server's error answer (a PgError) is none.
+func sentNoAnswer(err error) bool {
+	var retry interface{ SafeToRetry() bool }
+	if errors.As(err, &retry) && retry.SafeToRetry() {
+		return false
+	}
+	var ne net.Error
+	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.As(err, &ne) ||
+		errors.Is(err, net.ErrClosed) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
 }
 
 // ErrNoRow is returned by Update for a key with no row.
@@ -143,7 +181,7 @@ func (t Table) Update(ctx context.Context, db Execer, s Stamp, key any, cols ...
 	tok, own := fmt.Sprintf("$%d", n-2), fmt.Sprintf("$%d", n-1)
 	set = append(set, tokCol+" = "+tok, ownCol+" = "+own)
 	q := fmt.Sprintf("UPDATE %s SET %s WHERE %s = $%d AND %s", quote(t.Name), strings.Join(set, ", "), quote(t.Key), n, admits("", tokCol, ownCol, tok, own))
-	rows, err := db.Exec(ctx, q, args...)
+	rows, err := exec(ctx, db, q, args...)
 	if err != nil || rows > 0 {
 		return err
 	}
@@ -217,7 +255,7 @@ func (t Table) Upsert(ctx context.Context, db Execer, s Stamp, key any, cols ...
 	q := fmt.Sprintf("INSERT INTO %s AS cur (%s) VALUES (%s) ON CONFLICT (%s) DO UPDATE SET %s WHERE %s",
 		tbl, strings.Join(names, ", "), strings.Join(ph, ", "), quote(t.Key), strings.Join(set, ", "),
 		admits("cur.", tokCol, ownCol, "EXCLUDED."+tokCol, "EXCLUDED."+ownCol))
-	rows, err := db.Exec(ctx, q, args...)
+	rows, err := exec(ctx, db, q, args...)
 	if err != nil || rows > 0 {
 		return err
 	}
@@ -237,7 +275,7 @@ func (t Table) Delete(ctx context.Context, db Execer, s Stamp, key any) error {
 	}
 	tokCol, ownCol := t.cols()
 	q := fmt.Sprintf("DELETE FROM %s WHERE %s = $1 AND %s", quote(t.Name), quote(t.Key), admits("", tokCol, ownCol, "$2", "$3"))
-	rows, err := db.Exec(ctx, q, key, tok64, s.Owner)
+	rows, err := exec(ctx, db, q, key, tok64, s.Owner)
 	if err != nil || rows > 0 {
 		return err
 	}

@@ -447,6 +447,20 @@ func FencedFrom(ctx context.Context) (*Lease, bool) {
 	return nil, false
 }
 
+// FencedFromKey returns the innermost lease in ctx on key (as passed to
+// Do) that was granted with fencing. With fenced leases nested on
+// different keys, FencedFrom returns the inner one, whose token is not
+// ordered against the outer key's grants; a write to the outer key's
+// resource must carry the outer lease's token.
+func FencedFromKey(ctx context.Context, key string) (*Lease, bool) {
+	for r := refFrom(ctx); r != nil; r = r.parent {
+		if r.l.fenced && r.l.key == key {
+			return r.lease(), true
+		}
+	}
+	return nil, false
+}
+
 // held returns the innermost lease on key of c in ctx, with the call it was
 // given to, if any (the call may have returned: see reusable).
 func (c *Client) held(ctx context.Context, key string) *leaseRef {
