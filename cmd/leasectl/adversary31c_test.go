@@ -192,14 +192,7 @@ func TestAdversary31c_BadDurationsAreUsageErrors(t *testing.T) {
 // list's error names the stopped master (before the metadata questions
 // got a share of -timeout, a live master could be named).
 func TestAdversary31c_ClusterOneMasterPaused(t *testing.T) {
-	cl := leasetest.StartCluster(t, 3)
-	addrs := cl.Addrs()
-	url := "redis://" + addrs[0] + "?addr=" + strings.Join(addrs[1:], "&addr=")
-	c, err := lease.New(cl.Client(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	cl, url, c := clusterWithClient(t)
 	ctx := context.Background()
 	byMaster := map[*leasetest.Server]string{}
 	for i := 0; len(byMaster) < 2 && i < 50; i++ {
@@ -287,14 +280,7 @@ func TestAdversary31c_InterruptAtConfirmationAborts(t *testing.T) {
 // runs of show on a healthy master's key failed with "cannot reach Redis"
 // naming the whole Cluster.
 func TestAdversary31c_ClusterShowLiveKeyWithMasterPaused(t *testing.T) {
-	cl := leasetest.StartCluster(t, 3)
-	addrs := cl.Addrs()
-	url := "redis://" + addrs[0] + "?addr=" + strings.Join(addrs[1:], "&addr=")
-	c, err := lease.New(cl.Client(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	cl, url, c := clusterWithClient(t)
 	ctx := context.Background()
 	stuck, err := cl.MasterForKey(ctx, "lease:{stuck}:l")
 	if err != nil {
@@ -351,4 +337,20 @@ func TestAdversary31c_BadPrefixIsUsageError(t *testing.T) {
 			t.Errorf("list -prefix %q: exit %d, stderr %q; want exit 2 naming -prefix, before connecting", p, code, errOut)
 		}
 	}
+}
+
+// clusterWithClient starts a 3-master Cluster and returns it, its URL for
+// leasectl (every node an addr) and a lease Client on it, closed when the
+// test ends.
+func clusterWithClient(t *testing.T) (*leasetest.Cluster, string, *lease.Client) {
+	t.Helper()
+	cl := leasetest.StartCluster(t, 3)
+	addrs := cl.Addrs()
+	url := "redis://" + addrs[0] + "?addr=" + strings.Join(addrs[1:], "&addr=")
+	c, err := lease.New(cl.Client(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return cl, url, c
 }
