@@ -1,0 +1,112 @@
+package lease_test
+
+import (
+	"context"
+	"errors"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/leasegen/leasegen/runtime/lease"
+	"github.com/leasegen/leasegen/runtime/leasetest"
+	"github.com/redis/go-redis/v9"
+)
+
+// adv32Hook is a go-redis hook: before runs ahead of every command (and
+// may answer it itself).
+type adv32Hook struct {
+	before func(ctx context.Context, cmd redis.Cmder) error
+}
+
+func (h adv32Hook) DialHook(next redis.DialHook) redis.DialHook {
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		return next(ctx, network, addr)
+	}
+}
+
+func (h adv32Hook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if err := h.before(ctx, cmd); err != nil {
+			return err
+		}
+		return next(ctx, cmd)
+	}
+}
+
+func (h adv32Hook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+// adv32WaitLoaded waits for c's command-table load to be over.
+func adv32WaitLoaded(t *testing.T, c *lease.Client, within time.Duration) {
+	t.Helper()
+	select {
+	case <-lease.CommandTableReady(c):
+	case <-time.After(within):
+		t.Fatalf("the command-table load was not over after %v", within)
+	}
+}
+
+// A hook that answers a command whose context has already ended at once
+// (the usual guard of a rate limiter or a circuit breaker: golang.org/x/time/rate's
+// Wait does so) made the load's look fast without loading anything: the
+// Client took the table for loaded, and its first call, with every node
+// silent by then, waited out go-redis's own load (5 s) with a 600 ms
+// Deadline.
+func TestAdversary32_HookAnsweringEndedContextKeepsDeadline(t *testing.T) {
+	cl := leasetest.StartCluster(t, 3)
+	rdb := cl.Client(t)
+	rdb.AddHook(adv32Hook{before: func(ctx context.Context, _ redis.Cmder) error { return ctx.Err() }})
+	c, err := lease.New(rdb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	adv32WaitLoaded(t, c, 3*time.Second)
+	for _, m := range cl.Nodes {
+		m.Pause()
+		defer m.Resume()
+	}
+	const deadline = 600 * time.Millisecond
+	start := time.Now()
+	entered := false
+	err = c.Do(context.Background(), "adv32-hook", lease.Spec{TTL: 2 * time.Second, Deadline: deadline},
+		func(context.Context) error { entered = true; return nil })
+	took := time.Since(start)
+	t.Logf("Do: %v after %v", err, took.Round(time.Millisecond))
+	if err == nil || entered {
+		t.Errorf("Do with every master paused entered or succeeded: %v", err)
+	}
+	if took > deadline+300*time.Millisecond {
+		t.Errorf("Do returned after %v with a %v Deadline: %v", took, deadline, err)
+	}
+}
+
+// A hook that takes a while on every command (here 80 ms: a synchronous
+// log, a concurrency limiter) made every look at the table slow, so the
+// Client never took it for loaded: on a healthy Cluster, every Do was
+// refused ("still loading its command table") for as long as the Client
+// lived.
+func TestAdversary32_SlowHookDoesNotRefuseForever(t *testing.T) {
+	cl := leasetest.StartCluster(t, 3)
+	rdb := cl.Client(t)
+	rdb.AddHook(adv32Hook{before: func(context.Context, redis.Cmder) error {
+		time.Sleep(80 * time.Millisecond)
+		return nil
+	}})
+	c, err := lease.New(rdb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	time.Sleep(time.Second)
+	err = c.Do(context.Background(), "adv32-slow", lease.Spec{TTL: 2 * time.Second, Deadline: 2 * time.Second},
+		func(context.Context) error { return nil })
+	if err != nil {
+		t.Errorf("Do on a healthy Cluster through a slow hook: %v", err)
+	}
+	if errors.Is(err, lease.ErrRefused) && strings.Contains(err.Error(), "command table") {
+		t.Errorf("refused for the command table a second after New, on a healthy Cluster")
+	}
+}
