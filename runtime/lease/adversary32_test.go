@@ -11,6 +11,7 @@ import (
 	"github.com/leasegen/leasegen/runtime/lease"
 	"github.com/leasegen/leasegen/runtime/leasetest"
 	"github.com/redis/go-redis/v9"
+	"go.uber.org/goleak"
 )
 
 // adv32Hook is a go-redis hook: before runs ahead of every command (and
@@ -108,5 +109,85 @@ func TestAdversary32_SlowHookDoesNotRefuseForever(t *testing.T) {
 	}
 	if errors.Is(err, lease.ErrRefused) && strings.Contains(err.Error(), "command table") {
 		t.Errorf("refused for the command table a second after New, on a healthy Cluster")
+	}
+}
+
+// Close while the command table is loading, every node paused: the
+// load's goroutine ends once the go-redis client is closed too, and the
+// Client's calls after Close say ErrClosed.
+func TestAdversary32_CloseDuringLoadLeavesNothing(t *testing.T) {
+	cl := leasetest.StartCluster(t, 3)
+	ignore := goleak.IgnoreCurrent()
+	rdb := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs(), ContextTimeoutEnabled: true})
+	for _, m := range cl.Nodes {
+		m.Pause()
+	}
+	resumed := false
+	defer func() {
+		if !resumed {
+			for _, m := range cl.Nodes {
+				m.Resume()
+			}
+		}
+	}()
+	c, err := lease.New(rdb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(300 * time.Millisecond)
+	c.Close()
+	err = c.Do(context.Background(), "adv32-close", lease.Spec{TTL: time.Second, Deadline: 300 * time.Millisecond}, func(context.Context) error { return nil })
+	if !errors.Is(err, lease.ErrClosed) {
+		t.Errorf("Do after Close: %v, want ErrClosed", err)
+	}
+	closed := time.Now()
+	rdb.Close()
+	if err := goleak.Find(ignore); err != nil {
+		t.Errorf("goroutines left %v after Close (the go-redis client closed too): %v", time.Since(closed), err)
+	}
+	t.Logf("all gone %v after Close", time.Since(closed).Round(time.Millisecond))
+	for _, m := range cl.Nodes {
+		m.Resume()
+	}
+	resumed = true
+}
+
+// WatchLeader on a fresh Client whose command-table load is held up
+// (every node paused after go-redis got its slot map) read the leader
+// without waiting for the load: go-redis started it under its own 5 s
+// timeout, and the watch (with a 600 ms context) went on for 5 s. Now
+// it reports the refusal and ends with its context.
+func TestAdversary32_WatchLeaderOnFreshClientKeepsContext(t *testing.T) {
+	cl := leasetest.StartCluster(t, 3)
+	rdb := cl.Client(t)
+	if err := rdb.ForEachMaster(context.Background(), func(context.Context, *redis.Client) error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range cl.Nodes {
+		m.Pause()
+		defer m.Resume()
+	}
+	c, err := lease.New(rdb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	const budget = 600 * time.Millisecond
+	ctx, cancel := context.WithTimeout(context.Background(), budget)
+	defer cancel()
+	start := time.Now()
+	var seen []lease.Leader
+	for l := range c.WatchLeader(ctx, "adv32-watch") {
+		seen = append(seen, l)
+	}
+	took := time.Since(start)
+	t.Logf("WatchLeader: %v, ended after %v", seen, took.Round(time.Millisecond))
+	if took > budget+300*time.Millisecond {
+		t.Errorf("WatchLeader with a %v context ended after %v", budget, took)
+	}
+	for _, l := range seen {
+		if l.Err == nil {
+			t.Errorf("WatchLeader reported %+v with every node paused", l)
+		}
 	}
 }
