@@ -283,6 +283,12 @@ func passwordIn(args []string) string {
 
 // ensureAdmin makes the helpers' own client (s.mu held).
 func (s *Server) ensureAdmin() {
+	// A password set since (SetConfig requirepass): a new connection
+	// with it, the old one's would fail NOAUTH after a Restart.
+	if s.admin != nil && s.admin.Options().Password != passwordIn(s.args) {
+		s.admin.Close()
+		s.admin = nil
+	}
 	if s.admin == nil {
 		s.admin = redis.NewClient(&redis.Options{
 			Addr: s.Addr(), TLSConfig: s.TLSConfig(), Password: passwordIn(s.args), Protocol: 2,
