@@ -29,3 +29,26 @@ func TestAdversary32_RequirepassSetAtRunTime(t *testing.T) {
 		t.Errorf("Client after the Restart: %v", err)
 	}
 }
+
+// ACLUser may give the default user a password (passed again on every
+// Restart, as a "user" line): Restart then checks the restarted server
+// with that password, and the helpers and Client use it. Restart used to
+// ask with no password, got NOAUTH until its 10 s were up, and killed the
+// server it had started.
+func TestAdversary32_DefaultUserPasswordSurvivesRestart(t *testing.T) {
+	srv := leasetest.StartRedis(t)
+	ctx := context.Background()
+	if err := srv.ACLUser(t, "default", "adv32default", "~*", "&*", "+@all").Ping(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	if err := srv.Restart(); err != nil {
+		t.Fatalf("Restart after ACLUser default: %v (after %v)", err, time.Since(start))
+	}
+	if err := srv.SetConfig(ctx, "maxmemory", "50mb"); err != nil {
+		t.Errorf("SetConfig after the Restart: %v", err)
+	}
+	if err := srv.Client(t).Ping(ctx).Err(); err != nil {
+		t.Errorf("Client after the Restart: %v", err)
+	}
+}
