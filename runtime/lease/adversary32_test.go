@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"net"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -188,6 +190,75 @@ func TestAdversary32_WatchLeaderOnFreshClientKeepsContext(t *testing.T) {
 	for _, l := range seen {
 		if l.Err == nil {
 			t.Errorf("WatchLeader reported %+v with every node paused", l)
+		}
+	}
+}
+
+// List with a ReadOnly Cluster client (go-redis then loads the command
+// table for a pipeline, to see whether its commands may go to replicas)
+// on fresh Clients whose load is held up by paused masters: List
+// inspected its keys with a pipeline that started go-redis's own load,
+// and returned after up to 5 s with a 600 ms context.
+func TestAdversary32_ListReadOnlyOnFreshClientKeepsContext(t *testing.T) {
+	cl := leasetest.StartCluster(t, 3)
+	ctx := context.Background()
+	masters := slices.Clone(cl.Nodes[:3])
+	slices.SortFunc(masters, func(a, b *leasetest.Server) int { return strings.Compare(a.Addr(), b.Addr()) })
+	first := masters[0] // List scans the masters in the order of their addresses
+	key := ""
+	for i := 0; key == ""; i++ {
+		k := "adv32-list-" + strconv.Itoa(i)
+		if m, err := cl.MasterForKey(ctx, "lease:{"+k+"}:l"); err != nil {
+			t.Fatal(err)
+		} else if m == first {
+			key = k
+		}
+	}
+	c0, err := lease.New(cl.Client(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c0.Close()
+	hold, held := make(chan struct{}), make(chan struct{})
+	go func() {
+		_ = c0.Do(ctx, key, lease.Spec{TTL: 10 * time.Second, Deadline: 20 * time.Second}, func(context.Context) error {
+			close(held)
+			<-hold
+			return nil
+		})
+	}()
+	defer close(hold)
+	<-held
+	var rdbs []*redis.ClusterClient
+	for range 4 { // each with its slot map, without its command table
+		rdb := cl.Client(t, func(o *redis.ClusterOptions) { o.ReadOnly = true })
+		if err := rdb.ForEachMaster(ctx, func(context.Context, *redis.Client) error { return nil }); err != nil {
+			t.Fatal(err)
+		}
+		rdbs = append(rdbs, rdb)
+	}
+	for _, m := range masters[1:] {
+		m.Pause()
+		defer m.Resume()
+	}
+	const budget = 600 * time.Millisecond
+	for run, rdb := range rdbs {
+		c, err := lease.New(rdb)
+		if err != nil {
+			t.Fatal(err)
+		}
+		lctx, cancel := context.WithTimeout(ctx, budget)
+		start := time.Now()
+		page, _, err := c.List(lctx, "*", "")
+		took := time.Since(start)
+		cancel()
+		c.Close()
+		t.Logf("run %d: List: %d leases, %v, after %v", run, len(page), err, took.Round(time.Millisecond))
+		if took > budget+300*time.Millisecond {
+			t.Errorf("run %d: List with a %v context returned after %v: %v", run, budget, took, err)
+		}
+		if err == nil {
+			t.Errorf("run %d: List with two masters paused: no error", run)
 		}
 	}
 }
