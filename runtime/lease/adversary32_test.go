@@ -262,3 +262,61 @@ func TestAdversary32_ListReadOnlyOnFreshClientKeepsContext(t *testing.T) {
 		}
 	}
 }
+
+// Held: an ACL user without +command (go-redis's command-table load is
+// refused at once, NOPERM, and tried again by go-redis on each command)
+// is not refused for the table: the load counts as over, and Do gets its
+// lease on a healthy Cluster.
+func TestAdversary32_ACLWithoutCommandNotRefusedForTable(t *testing.T) {
+	cl := leasetest.StartCluster(t, 3)
+	rdb := cl.ACLUser(t, "adv32nocmd", "secret", "~lease:*", "&lease:*", "-@all",
+		"+evalsha", "+eval", "+get", "+set", "+pttl", "+pexpire", "+del", "+exists", "+time", "+publish",
+		"+zadd", "+zrem", "+zrange", "+hset", "+hget", "+hdel", "+subscribe", "+unsubscribe", "+pubsub|numsub",
+		"+cluster|slots", "+asking")
+	c, err := lease.New(rdb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	adv32WaitLoaded(t, c, 3*time.Second)
+	for i := range 3 {
+		if err := c.Do(context.Background(), "adv32-nocmd-"+strconv.Itoa(i), lease.Spec{TTL: 2 * time.Second, Deadline: 2 * time.Second},
+			func(context.Context) error { return nil }); err != nil {
+			t.Errorf("Do %d by a user without +command: %v", i, err)
+		}
+	}
+}
+
+// Held: with DisableRoutingPolicies (and no ReadOnly) go-redis never loads
+// the command table on a command's path, so there is nothing to wait for:
+// with every node paused after go-redis got its slot map, the load is over
+// at once and Do ends by its Deadline without the table's refusal.
+func TestAdversary32_DisableRoutingPoliciesNoWait(t *testing.T) {
+	cl := leasetest.StartCluster(t, 3)
+	rdb := cl.Client(t, func(o *redis.ClusterOptions) { o.DisableRoutingPolicies = true })
+	if err := rdb.ForEachMaster(context.Background(), func(context.Context, *redis.Client) error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range cl.Nodes {
+		m.Pause()
+		defer m.Resume()
+	}
+	c, err := lease.New(rdb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	adv32WaitLoaded(t, c, 100*time.Millisecond)
+	const deadline = 600 * time.Millisecond
+	start := time.Now()
+	err = c.Do(context.Background(), "adv32-norouting", lease.Spec{TTL: 2 * time.Second, Deadline: deadline},
+		func(context.Context) error { return nil })
+	took := time.Since(start)
+	t.Logf("Do: %v after %v", err, took.Round(time.Millisecond))
+	if err == nil || strings.Contains(err.Error(), "command table") {
+		t.Errorf("Do with every node paused: %v, want a failure that is not the table's", err)
+	}
+	if took > deadline+300*time.Millisecond {
+		t.Errorf("Do returned after %v with a %v Deadline", took, deadline)
+	}
+}
