@@ -52,3 +52,17 @@ func TestAdversary32_DefaultUserPasswordSurvivesRestart(t *testing.T) {
 		t.Errorf("Client after the Restart: %v", err)
 	}
 }
+
+// A Cluster whose nodes run with --requirepass (ClusterOptions.Args)
+// forms, and its Client authenticates as a single server's does: it used
+// to get NOAUTH on every command.
+func TestAdversary32_ClusterRequirepassClient(t *testing.T) {
+	cl := leasetest.StartCluster(t, 3, func(o *leasetest.ClusterOptions) { o.Args = []string{"--requirepass", "adv32pw"} })
+	ctx := context.Background()
+	rdb := cl.Client(t)
+	for _, k := range []string{"a", "b", "c", "d"} {
+		if err := rdb.Set(ctx, k, "v", 0).Err(); err != nil {
+			t.Errorf("SET %s through the Cluster's Client: %v", k, err)
+		}
+	}
+}
