@@ -200,7 +200,7 @@ func TestAdversary32_WatchLeaderOnFreshClientKeepsContext(t *testing.T) {
 // inspected its keys with a pipeline that started go-redis's own load,
 // and returned after up to 5 s with a 600 ms context.
 func TestAdversary32_ListReadOnlyOnFreshClientKeepsContext(t *testing.T) {
-	cl := leasetest.StartCluster(t, 3)
+	cl := leasetest.StartCluster(t, 3, func(o *leasetest.ClusterOptions) { o.NodeTimeout = time.Minute })
 	ctx := context.Background()
 	masters := slices.Clone(cl.Nodes[:3])
 	slices.SortFunc(masters, func(a, b *leasetest.Server) int { return strings.Compare(a.Addr(), b.Addr()) })
