@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/leasegen/leasegen/runtime/fence"
 	"github.com/leasegen/leasegen/runtime/lease"
@@ -65,5 +66,75 @@ func TestAdversary32_RedisStoredTokenShapes(t *testing.T) {
 		if wrote := v == "new"; wrote != (tc.want == "ok") {
 			t.Errorf("case %d: stored %q, write %d: value %q after %v", i, tc.stored, tc.s.Token, v, err)
 		}
+	}
+}
+
+// Held: FromKey under nested leases: each key's own fenced lease, the
+// outer one again inside a nested call on the outer key (which reuses it),
+// none for a key held without fencing or not held, and a kept fenced
+// lease reused by a later call keeps its stamp.
+func TestAdversary32_FromKeyNestedAndKept(t *testing.T) {
+	srv := leasetest.StartRedis(t)
+	c, err := lease.New(srv.Client(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx := context.Background()
+	fenced := lease.Spec{TTL: 2 * time.Second, Deadline: 3 * time.Second, Fence: true}
+	plain := lease.Spec{TTL: 2 * time.Second, Deadline: 3 * time.Second}
+	stamp := func(ctx context.Context, key string) lease.Token {
+		s, err := fence.FromKey(ctx, key)
+		if err != nil {
+			return 0
+		}
+		return s.Token
+	}
+	var outerTok lease.Token
+	err = c.Do(ctx, "adv32-a", fenced, func(ctx context.Context) error {
+		outerTok = stamp(ctx, "adv32-a")
+		return c.Do(ctx, "adv32-b", fenced, func(ctx context.Context) error {
+			inner := stamp(ctx, "adv32-b")
+			if outerTok == 0 || inner == 0 || stamp(ctx, "adv32-a") != outerTok {
+				t.Errorf("FromKey: a %d (outer %d), b %d", stamp(ctx, "adv32-a"), outerTok, inner)
+			}
+			if s, _ := fence.From(ctx); s.Token != inner {
+				t.Errorf("From inside b: %d, want b's %d", s.Token, inner)
+			}
+			return c.Do(ctx, "adv32-a", plain, func(ctx context.Context) error {
+				if got := stamp(ctx, "adv32-a"); got != outerTok {
+					t.Errorf("FromKey(a) in a nested call on a: %d, want the outer %d", got, outerTok)
+				}
+				return c.Do(ctx, "adv32-c", plain, func(ctx context.Context) error {
+					if _, err := fence.FromKey(ctx, "adv32-c"); !errors.Is(err, fence.ErrNoLease) {
+						t.Errorf("FromKey(c), held without fencing: %v, want ErrNoLease", err)
+					}
+					if _, err := fence.FromKey(ctx, "adv32-zz"); !errors.Is(err, fence.ErrNoLease) {
+						t.Errorf("FromKey of a key not held: %v, want ErrNoLease", err)
+					}
+					if got := stamp(ctx, "adv32-b"); got == 0 {
+						t.Errorf("FromKey(b) under c: none")
+					}
+					return nil
+				})
+			})
+		})
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	kept := fenced
+	kept.Keep = 5 * time.Second
+	var toks []lease.Token
+	for range 2 {
+		if err := c.Do(ctx, "adv32-k", kept, func(ctx context.Context) error {
+			toks = append(toks, stamp(ctx, "adv32-k"))
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if toks[0] == 0 || toks[0] != toks[1] {
+		t.Errorf("a kept fenced lease reused: stamps %v, want one token twice", toks)
 	}
 }
