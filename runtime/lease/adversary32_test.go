@@ -320,3 +320,33 @@ func TestAdversary32_DisableRoutingPoliciesNoWait(t *testing.T) {
 		t.Errorf("Do returned after %v with a %v Deadline", took, deadline)
 	}
 }
+
+// Held: a seed list that starts with a dead address (connection refused)
+// and a second Client on the same go-redis client: the load is over
+// quickly and both Clients' first calls get their leases.
+func TestAdversary32_DeadSeedAndSharedClient(t *testing.T) {
+	cl := leasetest.StartCluster(t, 3)
+	dead, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadAddr := dead.Addr().String()
+	dead.Close()
+	rdb := cl.Client(t, func(o *redis.ClusterOptions) { o.Addrs = append([]string{deadAddr}, o.Addrs...) })
+	var cs []*lease.Client
+	for range 2 {
+		c, err := lease.New(rdb)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		cs = append(cs, c)
+	}
+	for i, c := range cs {
+		adv32WaitLoaded(t, c, 2*time.Second)
+		if err := c.Do(context.Background(), "adv32-seed-"+strconv.Itoa(i), lease.Spec{TTL: 2 * time.Second, Deadline: 2 * time.Second},
+			func(context.Context) error { return nil }); err != nil {
+			t.Errorf("Client %d: Do: %v", i, err)
+		}
+	}
+}
