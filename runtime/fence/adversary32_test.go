@@ -3,6 +3,7 @@ package fence_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -136,5 +137,22 @@ func TestAdversary32_FromKeyNestedAndKept(t *testing.T) {
 	}
 	if toks[0] == 0 || toks[0] != toks[1] {
 		t.Errorf("a kept fenced lease reused: stamps %v, want one token twice", toks)
+	}
+}
+
+// A stored token past 2^64-1 (written by another program) refuses every
+// write, and the refusal names it: it used to say "older than the
+// accepted 0" (the Go side could not parse it), which no one could act on.
+func TestAdversary32_RedisStaleNamesHugeStoredToken(t *testing.T) {
+	srv := leasetest.StartRedis(t)
+	rdb := srv.Client(t)
+	ctx := context.Background()
+	const huge = "18446744073709551616"
+	if err := rdb.HSet(ctx, "adv32:huge", fence.TokenField, huge, fence.OwnerField, "x").Err(); err != nil {
+		t.Fatal(err)
+	}
+	err := fence.NewRedis(rdb).Set(ctx, fence.Stamp{Token: 18446744073709551615, Owner: "a"}, "adv32:huge", "v")
+	if !errors.Is(err, fence.ErrStale) || !strings.Contains(err.Error(), huge) {
+		t.Errorf("write under a stored token %s: %v, want ErrStale naming it", huge, err)
 	}
 }
