@@ -111,13 +111,19 @@ func (r *Redis) HSet(ctx context.Context, s Stamp, key string, fieldValues ...st
 	}
 	if len(res) == 3 {
 		if ok, _ := res[0].(int64); ok == 0 {
-			cur, _ := strconv.ParseUint(fmt.Sprint(res[1]), 10, 64)
+			raw := fmt.Sprint(res[1])
+			cur, perr := strconv.ParseUint(raw, 10, 64)
 			owner, _ := res[2].(string)
 			if earlier > 0 {
 				// go-redis re-sent the write (a lost reply, a Cluster
 				// redirect): an earlier send may have been carried out
 				// before the stamp that refused this one was written.
 				return fmt.Errorf("%w: fenced write to %q sent %d times: the last was refused by token %d, an earlier one may have been carried out", lease.ErrUnknown, key, earlier+1, cur)
+			}
+			if perr != nil {
+				// Past lease.Token's range (written by another program):
+				// newer than any token, named as stored.
+				return s.report(fmt.Errorf("%s: token %d is older than the accepted %s: %w", key, s.Token, raw, ErrStale))
 			}
 			return s.stale(key, Stamp{Token: lease.Token(cur), Owner: owner})
 		}

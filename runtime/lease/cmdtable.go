@@ -19,17 +19,27 @@ import (
 // themselves. Once loaded, go-redis keeps the table for the client's life.
 
 // cmdTableFast is how long a look at the table may take for it to count as
-// loaded (a look at a loaded table sends nothing).
+// loaded when the look cannot tell (a look at a loaded table asks nothing).
 const cmdTableFast = 50 * time.Millisecond
 
-// loadCommandTable makes cc load its command table, then closes ready. A
-// routed command whose context has already ended loads the table (go-redis
-// does not pass the command's context to the load) and then goes nowhere:
-// its send fails on the ended context. A look that took long may have
-// failed (every node it asked was silent): it is repeated until one is
-// quick, or the Client closes.
+// loadCommandTable makes cc load its command table, then closes ready. It
+// asks go-redis's own resolver for a command's policy, which loads the
+// table as a routed command would (under go-redis's own timeout) but sends
+// no command and goes through none of the client's hooks: a hook that
+// answers an ended context at once, or that takes a while, tells nothing
+// about the table. On Redis 7 and later every command has a policy once
+// the table is loaded; without one (Redis 6, or a load that failed) a
+// look that was quick counts as loaded (a load refused at once, as for an
+// ACL user without +command, is tried again by go-redis on each command,
+// as quickly), and one that took long (a silent node) is repeated after a
+// pause, until one is quick or the Client closes. With
+// DisableRoutingPolicies (and no ReadOnly) go-redis never loads the table
+// on a command's path: there is nothing to wait for.
 func (c *Client) loadCommandTable(cc *redis.ClusterClient, ready chan struct{}) {
 	defer close(ready)
+	if o := cc.Options(); o.DisableRoutingPolicies && !o.ReadOnly {
+		return
+	}
 	gone, stop := context.WithCancel(context.Background())
 	defer stop()
 	go func() {
@@ -39,21 +49,12 @@ func (c *Client) loadCommandTable(cc *redis.ClusterClient, ready chan struct{}) 
 		}
 		stop()
 	}()
+	resolver := cc.NewDynamicResolver()
+	look := redis.NewCmd(gone, "get", c.prefix+"{%cmdtable}")
 	for pause := 10 * time.Millisecond; gone.Err() == nil; pause = min(2*pause, time.Second) {
-		// The slot map first (with a context that lives): the look below
-		// would otherwise fail on its ended context before the load.
-		sctx, cancel := context.WithTimeout(gone, 10*time.Second)
-		err := cc.ForEachMaster(sctx, func(context.Context, *redis.Client) error { return nil })
-		cancel()
-		if err == nil {
-			ended, end := context.WithCancel(gone)
-			end()
-			start := time.Now()
-			_ = cc.Process(ended, redis.NewCmd(ended, "exists", "lease:{%cmdtable}"))
-			if time.Since(start) < cmdTableFast {
-				return
-			}
-			continue
+		start := time.Now()
+		if resolver.GetCommandPolicy(gone, look) != nil || time.Since(start) < cmdTableFast {
+			return
 		}
 		select {
 		case <-gone.Done():

@@ -22,7 +22,10 @@ import (
 // grant, or (while the load is held up by the paused node) ErrRefused with
 // nothing sent; the paused master's key is never granted.
 func TestClusterFreshClientWithPausedMasterKeepsDeadline(t *testing.T) {
-	cl := leasetest.StartCluster(t, 3)
+	// The master stays paused for longer than the default node timeout
+	// (5 s): the others would mark it failed, and the Cluster would answer
+	// CLUSTERDOWN after the resume.
+	cl := leasetest.StartCluster(t, 3, func(o *leasetest.ClusterOptions) { o.NodeTimeout = time.Minute })
 	ctx := context.Background()
 	stuck, err := cl.MasterForKey(ctx, "lease:{ct-stuck}:l")
 	if err != nil {

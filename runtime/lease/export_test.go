@@ -27,3 +27,7 @@ func SetCheckKeptHook(f func()) (restore func()) {
 // RearmValidityTimer makes l's validity timer fire after d (a timer
 // goroutine that runs late, but runs).
 func RearmValidityTimer(l *Lease, d time.Duration) { l.w.timer.Reset(d) }
+
+// CommandTableReady returns the channel a Cluster Client closes once its
+// command-table load is over (nil for a single server).
+func CommandTableReady(c *Client) <-chan struct{} { return c.cmdTable }

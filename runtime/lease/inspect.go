@@ -354,6 +354,14 @@ func (c *Client) inspectMany(ctx context.Context, keys []string) ([]Info, error)
 	if len(keys) == 0 {
 		return nil, nil
 	}
+	// A ReadOnly Cluster client loads its command table for a pipeline
+	// (may its commands go to replicas?): wait for the load within ctx, as
+	// the calls on one key do, rather than let go-redis start it.
+	if cc, ok := c.rdb.(*redis.ClusterClient); ok && cc.Options().ReadOnly {
+		if err := c.waitCommandTable(ctx, "inspect", keys[0], time.Time{}); err != nil {
+			return nil, err
+		}
+	}
 	args := func(key string) []string {
 		k := redisKeys(c.prefix, key)
 		return []string{k.lock, k.fence, k.queue, k.qexp}

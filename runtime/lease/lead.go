@@ -369,7 +369,13 @@ func (c *Client) watchLeader(ctx context.Context, key string, ch chan Leader) {
 	defer timer.Stop()
 	for {
 		rctx, cancel := context.WithTimeout(ctx, max(c.recheck, 50*time.Millisecond))
-		cur, err := c.readLeader(rctx, k.lock, key)
+		// As Leader: wait for a Cluster client's command table within the
+		// read's budget rather than let go-redis load it under its own.
+		var cur Leader
+		err := c.waitCommandTable(rctx, "watching the leader", key, time.Time{})
+		if err == nil {
+			cur, err = c.readLeader(rctx, k.lock, key)
+		}
 		cancel()
 		if ctx.Err() != nil {
 			return

@@ -164,10 +164,17 @@ func (c *Cluster) Addrs() []string {
 }
 
 // Client returns a go-redis cluster client, closed when the test ends, with
-// ContextTimeoutEnabled set (lease.New requires it).
+// ContextTimeoutEnabled set (lease.New requires it) and the password of
+// nodes started with --requirepass (ClusterOptions.Args).
 func (c *Cluster) Client(t testing.TB, adjust ...func(*redis.ClusterOptions)) *redis.ClusterClient {
 	t.Helper()
 	o := &redis.ClusterOptions{Addrs: c.Addrs(), ContextTimeoutEnabled: true}
+	if len(c.Nodes) > 0 { // the password of nodes started with --requirepass
+		s := c.Nodes[0]
+		s.mu.Lock()
+		o.Password = passwordIn(s.args)
+		s.mu.Unlock()
+	}
 	for _, f := range adjust {
 		f(o)
 	}

@@ -269,13 +269,24 @@ func (s *Server) Client(t testing.TB, adjust ...func(*redis.Options)) *redis.Cli
 }
 
 // passwordIn returns the default user's password that args give the
-// server (the last --requirepass), for the helpers' own connections and
-// Client; "" for none.
+// server, for the helpers' own connections and Client: the last
+// --requirepass, or the last password of a "--user default" line (as
+// ACLUser writes for Restart), whichever comes later; "" for none.
 func passwordIn(args []string) string {
 	pw := ""
 	for i := 0; i+1 < len(args); i++ {
-		if args[i] == "--requirepass" {
+		switch {
+		case args[i] == "--requirepass":
 			pw = args[i+1]
+		case args[i] == "--user" && args[i+1] == "default":
+			for j := i + 2; j < len(args) && !strings.HasPrefix(args[j], "--"); j++ {
+				switch r := args[j]; {
+				case strings.HasPrefix(r, ">"):
+					pw = r[1:]
+				case r == "nopass" || r == "reset" || r == "resetpass":
+					pw = ""
+				}
+			}
 		}
 	}
 	return pw
@@ -283,6 +294,12 @@ func passwordIn(args []string) string {
 
 // ensureAdmin makes the helpers' own client (s.mu held).
 func (s *Server) ensureAdmin() {
+	// A password set since (SetConfig requirepass): a new connection
+	// with it, the old one's would fail NOAUTH after a Restart.
+	if s.admin != nil && s.admin.Options().Password != passwordIn(s.args) {
+		s.admin.Close()
+		s.admin = nil
+	}
 	if s.admin == nil {
 		s.admin = redis.NewClient(&redis.Options{
 			Addr: s.Addr(), TLSConfig: s.TLSConfig(), Password: passwordIn(s.args), Protocol: 2,
