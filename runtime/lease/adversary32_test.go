@@ -162,18 +162,7 @@ func TestAdversary32_CloseDuringLoadLeavesNothing(t *testing.T) {
 func TestAdversary32_WatchLeaderOnFreshClientKeepsContext(t *testing.T) {
 	cl := leasetest.StartCluster(t, 3)
 	rdb := cl.Client(t)
-	if err := rdb.ForEachMaster(context.Background(), func(context.Context, *redis.Client) error { return nil }); err != nil {
-		t.Fatal(err)
-	}
-	for _, m := range cl.Nodes {
-		m.Pause()
-		defer m.Resume()
-	}
-	c, err := lease.New(rdb)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := adv32NewWithNodesPaused(t, cl, rdb)
 	const budget = 600 * time.Millisecond
 	ctx, cancel := context.WithTimeout(context.Background(), budget)
 	defer cancel()
@@ -294,22 +283,11 @@ func TestAdversary32_ACLWithoutCommandNotRefusedForTable(t *testing.T) {
 func TestAdversary32_DisableRoutingPoliciesNoWait(t *testing.T) {
 	cl := leasetest.StartCluster(t, 3)
 	rdb := cl.Client(t, func(o *redis.ClusterOptions) { o.DisableRoutingPolicies = true })
-	if err := rdb.ForEachMaster(context.Background(), func(context.Context, *redis.Client) error { return nil }); err != nil {
-		t.Fatal(err)
-	}
-	for _, m := range cl.Nodes {
-		m.Pause()
-		defer m.Resume()
-	}
-	c, err := lease.New(rdb)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := adv32NewWithNodesPaused(t, cl, rdb)
 	adv32WaitLoaded(t, c, 100*time.Millisecond)
 	const deadline = 600 * time.Millisecond
 	start := time.Now()
-	err = c.Do(context.Background(), "adv32-norouting", lease.Spec{TTL: 2 * time.Second, Deadline: deadline},
+	err := c.Do(context.Background(), "adv32-norouting", lease.Spec{TTL: 2 * time.Second, Deadline: deadline},
 		func(context.Context) error { return nil })
 	took := time.Since(start)
 	t.Logf("Do: %v after %v", err, took.Round(time.Millisecond))
@@ -349,4 +327,24 @@ func TestAdversary32_DeadSeedAndSharedClient(t *testing.T) {
 			t.Errorf("Client %d: Do: %v", i, err)
 		}
 	}
+}
+
+// adv32NewWithNodesPaused lets rdb load its slot map, pauses every node of
+// cl (resumed when the test ends) and returns a new lease Client on rdb,
+// closed when the test ends: its command-table load finds no node.
+func adv32NewWithNodesPaused(t *testing.T, cl *leasetest.Cluster, rdb *redis.ClusterClient) *lease.Client {
+	t.Helper()
+	if err := rdb.ForEachMaster(context.Background(), func(context.Context, *redis.Client) error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range cl.Nodes {
+		m.Pause()
+		t.Cleanup(m.Resume)
+	}
+	c, err := lease.New(rdb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
 }
