@@ -196,8 +196,7 @@ func (c *cli) connect() (*lease.Client, func(), error) {
 	// Every request is bounded by -timeout, retries included, also those
 	// that watch makes under its own context, which lasts until -for or
 	// Ctrl-C: a server that stops answering ends the watch with an error.
-	h := timeoutHook{d: c.timeout}
-	rdb.AddHook(h)
+	rdb.AddHook(timeoutHook{d: c.timeout})
 	if cc, ok := rdb.(*redis.ClusterClient); ok {
 		// List scans each master through its own client. The Cluster
 		// client asks its nodes for the slot map and the command table one
@@ -224,56 +223,42 @@ func (c *cli) connect() (*lease.Client, func(), error) {
 }
 
 // ping checks that Redis answers. A Cluster answers when one of its seed
-// nodes does: the Cluster client would send a PING to a random master,
-// and one stuck master must not keep the operator from the others' leases
-// (a command on a key of the stuck one fails on its own).
+// nodes does: every seed is asked at once. The Cluster client would send
+// a PING to a random master, asking its nodes one after the other with
+// the whole budget each, and one stuck master must not keep the operator
+// from the others' leases (a command on a key of the stuck one fails on
+// its own).
 func ping(ctx context.Context, rdb redis.UniversalClient) error {
 	cc, ok := rdb.(*redis.ClusterClient)
 	if !ok {
 		return rdb.Ping(ctx).Err()
 	}
-	_, err := fromAnySeed(ctx, cc.Options(), func(ctx context.Context, n *redis.Client) (string, error) {
-		return n.Ping(ctx).Result()
-	})
-	return err
-}
-
-// fromAnySeed asks every seed node of a Cluster at once and returns the
-// first answer (or the first error when none answers). The Cluster client
-// asks its nodes one after the other in random order, each with the whole
-// budget, so that one stuck node would use it up.
-func fromAnySeed[T any](ctx context.Context, o *redis.ClusterOptions, f func(context.Context, *redis.Client) (T, error)) (T, error) {
+	o := cc.Options()
+	if len(o.Addrs) == 0 {
+		return errors.New("no node address")
+	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel() // the others stop once one answered
-	type answer struct {
-		v   T
-		err error
-	}
-	answers := make(chan answer, len(o.Addrs))
+	errs := make(chan error, len(o.Addrs))
 	for _, addr := range o.Addrs {
 		go func() {
 			n := redis.NewClient(&redis.Options{Addr: addr, Username: o.Username, Password: o.Password, TLSConfig: o.TLSConfig,
 				Protocol: o.Protocol, ContextTimeoutEnabled: true, MaxRetries: -1, PoolSize: 1})
 			defer n.Close()
-			v, err := f(ctx, n)
-			answers <- answer{v, err}
+			errs <- n.Ping(ctx).Err()
 		}()
 	}
 	var first error
 	for range o.Addrs {
-		a := <-answers
-		if a.err == nil {
-			return a.v, nil
+		err := <-errs
+		if err == nil {
+			return nil
 		}
 		if first == nil {
-			first = a.err
+			first = err
 		}
 	}
-	if first == nil {
-		first = errors.New("no node address")
-	}
-	var zero T
-	return zero, first
+	return first
 }
 
 // trust adds -cacert to a TLS configuration (rediss:// only).
