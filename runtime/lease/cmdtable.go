@@ -40,15 +40,7 @@ func (c *Client) loadCommandTable(cc *redis.ClusterClient, ready chan struct{}) 
 	if o := cc.Options(); o.DisableRoutingPolicies && !o.ReadOnly {
 		return
 	}
-	gone, stop := context.WithCancel(context.Background())
-	defer stop()
-	go func() {
-		select {
-		case <-c.hub.closing:
-		case <-gone.Done():
-		}
-		stop()
-	}()
+	gone := ctxOf(c.hub.closing) // ends with the Client
 	resolver := cc.NewDynamicResolver()
 	look := redis.NewCmd(gone, "get", c.prefix+"{%cmdtable}")
 	for pause := 10 * time.Millisecond; gone.Err() == nil; pause = min(2*pause, time.Second) {
