@@ -91,3 +91,32 @@ func TestCallObserverContextReachesFnAndEvents(t *testing.T) {
 		t.Errorf("renewed: Took %v", r.Took)
 	}
 }
+
+// Observers built from a list that holds a nil entry (an optional adapter
+// left unset: lease.Observers{prom, otel} with otel nil, or a nil
+// ObserverFunc) skip it: a call does not panic inside Do, and the other
+// observers still hear every event.
+func TestObserversSkipNilEntries(t *testing.T) {
+	var nilFunc lease.ObserverFunc
+	var nilObs lease.Observer
+	obs := &callObs{}
+	c, _ := sharedClient(t, lease.WithObserver(lease.Observers{nilObs, nilFunc, obs}))
+	key := uniqueKey(t)
+	if err := c.Do(context.Background(), key, lease.Spec{TTL: time.Second, Deadline: 5 * time.Second}, nop); err != nil {
+		t.Fatal(err)
+	}
+	obs.mu.Lock()
+	defer obs.mu.Unlock()
+	if obs.starts != 1 {
+		t.Errorf("StartCall ran %d times, want 1", obs.starts)
+	}
+	var done int
+	for _, e := range obs.events {
+		if e.Kind == lease.EventDone {
+			done++
+		}
+	}
+	if done != 1 {
+		t.Errorf("the observer after the nil entries saw %d EventDone, want 1 (events %v)", done, obs.events)
+	}
+}
