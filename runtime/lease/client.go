@@ -58,7 +58,7 @@ type Option func(*Client) error
 // with Observers).
 func WithObserver(o Observer) Option {
 	return func(c *Client) error {
-		if o == nil {
+		if isNilObserver(o) {
 			return errors.New("lease: WithObserver(nil)")
 		}
 		c.obs = o

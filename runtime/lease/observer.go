@@ -127,24 +127,39 @@ type ObserverFunc func(Event)
 // Observe calls f(e).
 func (f ObserverFunc) Observe(e Event) { f(e) }
 
-// Observers fans each event out to several observers, in order.
+// Observers fans each event out to several observers, in order. Nil
+// entries (an optional adapter left unset, a nil ObserverFunc) are
+// skipped.
 type Observers []Observer
 
 // Observe sends e to each observer.
 func (os Observers) Observe(e Event) {
 	for _, o := range os {
-		o.Observe(e)
+		if !isNilObserver(o) {
+			o.Observe(e)
+		}
 	}
 }
 
 // StartCall passes ctx through the StartCall of each CallObserver, in order.
 func (os Observers) StartCall(ctx context.Context, key string, spec Spec) context.Context {
 	for _, o := range os {
-		if co, ok := o.(CallObserver); ok {
+		if co, ok := o.(CallObserver); ok && !isNilObserver(o) {
 			ctx = co.StartCall(ctx, key, spec)
 		}
 	}
 	return ctx
+}
+
+// isNilObserver reports a nil entry: a nil interface or a nil
+// ObserverFunc. (A nil pointer of another type may have methods that work;
+// it is called.)
+func isNilObserver(o Observer) bool {
+	if o == nil {
+		return true
+	}
+	f, ok := o.(ObserverFunc)
+	return ok && f == nil
 }
 
 type nopObserver struct{}

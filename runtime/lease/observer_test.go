@@ -119,4 +119,8 @@ func TestObserversSkipNilEntries(t *testing.T) {
 	if done != 1 {
 		t.Errorf("the observer after the nil entries saw %d EventDone, want 1 (events %v)", done, obs.events)
 	}
+	// A nil ObserverFunc alone is refused by New, as WithObserver(nil) is.
+	if _, err := lease.New(shared.Client(t), lease.WithObserver(nilFunc)); err == nil {
+		t.Error("New accepted WithObserver(a nil ObserverFunc)")
+	}
 }
