@@ -37,8 +37,19 @@ func checkEscape(pass *analysis.Pass, r *reporter, ps []gen.Protected) {
 		var g *cfg.CFG // built on the first goroutine that needs it
 		lctx := leaseContexts(pass.TypesInfo, p.Decl)
 		ast.Inspect(p.Decl.Body, func(n ast.Node) bool {
+			what := "goroutine uses %s's lease context and may outlive the lease"
 			st, ok := n.(*ast.GoStmt)
-			if !ok || !usesAny(pass.TypesInfo, st.Call, lctx) {
+			if !ok {
+				// time.AfterFunc(d, f) runs f on a goroutine of its own
+				// later: as go f() started at the call.
+				call, isCall := n.(*ast.CallExpr)
+				if !isCall || len(call.Args) != 2 || !isTimeAfterFunc(pass.TypesInfo, call) {
+					return true
+				}
+				st = &ast.GoStmt{Go: call.Pos(), Call: &ast.CallExpr{Fun: call.Args[1], Lparen: call.Lparen, Rparen: call.Rparen}}
+				what = "time.AfterFunc's function uses %s's lease context and may run after the lease ends"
+			}
+			if !usesAny(pass.TypesInfo, st.Call, lctx) {
 				return true
 			}
 			if g == nil {
@@ -48,10 +59,20 @@ func checkEscape(pass *analysis.Pass, r *reporter, ps []gen.Protected) {
 				return true
 			}
 			r.report(analysis.Diagnostic{Pos: st.Go, Category: "escape",
-				Message: fmt.Sprintf("lease: goroutine uses %s's lease context and may outlive the lease: wait for it before returning (sync.WaitGroup, errgroup, or a channel it closes or sends on, received before return), or explain with //lease:ignore escape <reason>", p.Func.Name())})
+				Message: "lease: " + fmt.Sprintf(what, p.Func.Name()) + ": wait for it before returning (sync.WaitGroup, errgroup, or a channel it closes or sends on, received before return), or explain with //lease:ignore escape <reason>"})
 			return true
 		})
 	}
+}
+
+// isTimeAfterFunc reports a call of time.AfterFunc.
+func isTimeAfterFunc(info *types.Info, call *ast.CallExpr) bool {
+	sel, ok := ast.Unparen(call.Fun).(*ast.SelectorExpr)
+	if !ok {
+		return false
+	}
+	fn, ok := info.Uses[sel.Sel].(*types.Func)
+	return ok && fn.Name() == "AfterFunc" && fn.Pkg() != nil && fn.Pkg().Path() == "time"
 }
 
 // leaseContexts returns the protected function's context parameter and

@@ -10,8 +10,9 @@
 //   - fence: a fenced lease whose function never reads its token,
 //     TokenFrom inside a lease that has no fence, and token reads in
 //     functions no fenced lease can reach;
-//   - escape: a goroutine started inside a protected function that uses its
-//     context and that some path returns without waiting for;
+//   - escape: a goroutine started inside a protected function (also a
+//     function given to time.AfterFunc) that uses its context and that
+//     some path returns without waiting for;
 //   - order: two protected functions that take each other's leases in
 //     opposite orders.
 //
