@@ -14,6 +14,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/leasegen/leasegen/runtime/lease"
+	"github.com/leasegen/leasegen/runtime/leasetest"
 )
 
 func TestNewRefusesBadClients(t *testing.T) {
@@ -47,19 +48,53 @@ func (h *countHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pr
 	return func(ctx context.Context, cmds []redis.Cmder) error { h.n.Add(int64(len(cmds))); return next(ctx, cmds) }
 }
 
-// New uses the user's client itself (its pool and hooks), refuses one
-// whose reads would ignore context deadlines, never modifies it, and Close
-// leaves it open.
-func TestNewUsesTheUsersClient(t *testing.T) {
-	plain := redis.NewClient(&redis.Options{Addr: shared.Addr()})
+// A *redis.Client as redis.NewClient makes it by default (no
+// ContextTimeoutEnabled: go-redis then bounds reads by its ReadTimeout,
+// 3 s, not by the context) is taken as it is: DESIGN §4 asks that
+// deadlines hold whatever that setting. Lease traffic still goes through
+// the user's pool and hooks, the user's options are not modified, and Do
+// returns by its Deadline when Redis stops answering, not after the
+// ReadTimeout.
+func TestNewHonoursDeadlinesOfAPlainClient(t *testing.T) {
+	srv := leasetest.StartRedis(t)
+	plain := redis.NewClient(&redis.Options{Addr: srv.Addr()})
 	defer plain.Close()
-	if _, err := lease.New(plain); err == nil || !strings.Contains(err.Error(), "ContextTimeoutEnabled") {
-		t.Fatalf("New(client without ContextTimeoutEnabled) = %v, want an error naming the option", err)
+	hook := &countHook{}
+	plain.AddHook(hook)
+	c, err := lease.New(plain)
+	if err != nil {
+		t.Fatalf("New(a client without ContextTimeoutEnabled) = %v, want it taken", err)
 	}
+	defer c.Close()
 	if plain.Options().ContextTimeoutEnabled {
 		t.Fatal("New modified the user's options")
 	}
+	if c.Redis() != plain {
+		t.Fatalf("Redis() = %p, want the client given to New %p", c.Redis(), plain)
+	}
+	if err := c.Do(context.Background(), uniqueKey(t), spec(time.Second, 5*time.Second), nop); err != nil {
+		t.Fatal(err)
+	}
+	if n := hook.n.Load(); n < 2 {
+		t.Fatalf("the user's hook saw %d lease commands, want the acquire and the release", n)
+	}
+	srv.Pause()
+	defer srv.Resume()
+	start := time.Now()
+	err = c.Do(context.Background(), uniqueKey(t), spec(5*time.Second, 400*time.Millisecond), func(context.Context) error {
+		t.Error("fn entered with Redis paused")
+		return nil
+	})
+	took := time.Since(start)
+	mustIs(t, err, lease.ErrUnknown)
+	if took > 400*time.Millisecond+250*time.Millisecond {
+		t.Fatalf("Do with a 400ms Deadline returned after %v with Redis paused (the client's 3s ReadTimeout, not the deadline)", took.Round(time.Millisecond))
+	}
+}
 
+// New uses the user's client itself (its pool and hooks), never modifies
+// it, and Close leaves it open.
+func TestNewUsesTheUsersClient(t *testing.T) {
 	user := shared.Client(t) // ContextTimeoutEnabled
 	hook := &countHook{}
 	user.AddHook(hook)
