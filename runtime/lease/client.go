@@ -15,7 +15,10 @@ import (
 // Client runs protected calls against one Redis deployment. It is safe for
 // concurrent use; create one per process and Close it when done.
 type Client struct {
-	rdb redis.UniversalClient // the user's client; every command goes through it
+	rdb redis.UniversalClient // every command goes through it: the user's client (see New)
+	// user is the client given to New (Redis returns it): rdb itself, or
+	// for a *redis.Client without ContextTimeoutEnabled the clone rdb is.
+	user redis.UniversalClient
 
 	// cmdTable is closed once a Cluster client's command table is loaded
 	// (nil for a single server): see loadCommandTable.
@@ -148,12 +151,18 @@ func WithCounterTTL(d time.Duration) Option {
 // Sentinel client from redis.NewFailoverClient, its failover handling.
 //
 // Deadlines must reach socket reads, which go-redis does only when
-// ContextTimeoutEnabled is set, so New refuses a client without it (a
-// derived client would lose the hooks and the failover handling; go-redis's
-// WithTimeout clone drops the hooks too). Set it in the options of the
-// client you pass, or give leases a client of their own. For the same
-// reason New refuses ReadTimeout or WriteTimeout -2 (no socket deadlines
-// at all); -1 is fine. *redis.Ring is
+// ContextTimeoutEnabled is set. A *redis.Client without it (as
+// redis.NewClient makes one by default) is not modified: lease commands go
+// through a clone of it (go-redis's WithTimeout, with its own read and
+// write timeouts) that has ContextTimeoutEnabled set and shares its
+// connection pool and its Sentinel failover handling, but not its hooks
+// (go-redis's clone starts without them): set ContextTimeoutEnabled on
+// your client for its hooks (redisotel, ...) to see lease commands. A
+// *redis.ClusterClient has no such clone, and one built from its options
+// would have pools and a slot map of its own besides: New refuses one
+// without ContextTimeoutEnabled. For the same reason New refuses
+// ReadTimeout or WriteTimeout -2 (no socket deadlines at all); -1 is
+// fine. *redis.Ring is
 // refused: it moves keys between shards when one misses heartbeats, which
 // would split a lease. Close the Client before rdb.
 func New(rdb redis.UniversalClient, opts ...Option) (*Client, error) {
@@ -178,13 +187,14 @@ func New(rdb redis.UniversalClient, opts ...Option) (*Client, error) {
 		if r == nil {
 			return nil, errors.New("lease: New: nil *redis.Client")
 		}
-		if !r.Options().ContextTimeoutEnabled {
-			return nil, errors.New("lease: New: the *redis.Client needs ContextTimeoutEnabled: true in its redis.Options, so that context deadlines bound socket reads (without it a call could outlive its deadline by the read timeout); set it on the client you pass, or give leases a client of their own")
-		}
-		if o := r.Options(); o.ReadTimeout < 0 || o.WriteTimeout < 0 {
+		o := r.Options()
+		if o.ReadTimeout < 0 || o.WriteTimeout < 0 { // -2 as given (see errNoDeadlines)
 			return nil, errNoDeadlines("*redis.Client", "redis.Options")
 		}
-		c.rdb = r
+		c.rdb, c.user = r, r
+		if !o.ContextTimeoutEnabled {
+			c.rdb = withContextTimeouts(r)
+		}
 	case *redis.ClusterClient:
 		if r == nil {
 			return nil, errors.New("lease: New: nil *redis.ClusterClient")
@@ -195,7 +205,7 @@ func New(rdb redis.UniversalClient, opts ...Option) (*Client, error) {
 		if o := r.Options(); o.ReadTimeout < 0 || o.WriteTimeout < 0 {
 			return nil, errNoDeadlines("*redis.ClusterClient", "redis.ClusterOptions")
 		}
-		c.rdb = r
+		c.rdb, c.user = r, r
 	default:
 		return nil, fmt.Errorf("lease: unsupported client %T: need a *redis.Client or *redis.ClusterClient (the runtime must know that context deadlines reach socket reads)", rdb)
 	}
@@ -210,6 +220,21 @@ func New(rdb redis.UniversalClient, opts ...Option) (*Client, error) {
 		go c.loadCommandTable(cc, c.cmdTable)
 	}
 	return c, nil
+}
+
+// withContextTimeouts is r for lease traffic when r's reads ignore context
+// deadlines: go-redis's WithTimeout clone (the same pools and dialer, so
+// the same Sentinel failover handling; no hooks; r's options copied, not
+// shared) with r's own read and write timeouts and ContextTimeoutEnabled
+// set in the copy. The clone is never closed: it owns nothing that r
+// does not (closing it would close r's pool).
+func withContextTimeouts(r *redis.Client) *redis.Client {
+	o := r.Options()
+	clone := r.WithTimeout(o.ReadTimeout)
+	co := clone.Options()
+	co.WriteTimeout = o.WriteTimeout
+	co.ContextTimeoutEnabled = true
+	return clone
 }
 
 // errNoDeadlines refuses a client whose ReadTimeout or WriteTimeout is -2:
@@ -241,7 +266,7 @@ func (c *Client) Close() error {
 
 // Redis returns the client given to New. Tests and adapters use it to
 // inspect lease keys.
-func (c *Client) Redis() redis.UniversalClient { return c.rdb }
+func (c *Client) Redis() redis.UniversalClient { return c.user }
 
 // reloadTopology asks a Cluster client to reload the slot map (after a
 // redirect or a connection error: a node may have failed or a slot moved).

@@ -3,7 +3,7 @@
 // leasegen: the wrappers leasegen generates from //lease:lock directives call
 // only [Client.Do], and code can call Do directly.
 //
-//	leases, err := lease.New(rdb) // rdb: a *redis.Client or *redis.ClusterClient with ContextTimeoutEnabled
+//	leases, err := lease.New(rdb) // rdb: a *redis.Client, or a *redis.ClusterClient with ContextTimeoutEnabled
 //	...
 //	err = leases.Do(ctx, "orders:"+lease.KeyPart(orderID),
 //		lease.Spec{TTL: 10 * time.Second, Deadline: time.Minute, Wait: 2 * time.Second, Fence: true},
