@@ -251,7 +251,8 @@ func (s *Server) Addr() string { return "127.0.0.1:" + strconv.Itoa(s.port) }
 func (s *Server) Port() int { return s.port }
 
 // Client returns a go-redis client for the server, closed when the test
-// ends, with ContextTimeoutEnabled set (lease.New requires it). Options may
+// ends, with ContextTimeoutEnabled set (lease.New needs it of a Cluster
+// client, and with it a plain client's hooks see lease commands). Options may
 // adjust the defaults (address, TLS for a TLS server, and the password of
 // a server started with --requirepass, already set).
 func (s *Server) Client(t testing.TB, adjust ...func(*redis.Options)) *redis.Client {
