@@ -1,0 +1,240 @@
+package lease_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/leasegen/leasegen/runtime/lease"
+)
+
+// Round 33: tests written from DESIGN.md alone (contract conformance).
+// Those named after a semantic that held are kept as regression tests.
+
+func TestAdversary33_DeadlineCauseIsErrDeadline(t *testing.T) {
+	c, _ := sharedClient(t)
+	for _, ctxDeadline := range []time.Duration{0, 300 * time.Millisecond} {
+		ctx := context.Background()
+		if ctxDeadline > 0 {
+			var cancel context.CancelFunc
+			ctx, cancel = context.WithTimeout(ctx, ctxDeadline)
+			defer cancel()
+		}
+		start := time.Now()
+		var cause error
+		var fnDeadline time.Time
+		var hasDL bool
+		err := c.Do(ctx, "adv33-dl", lease.Spec{TTL: 2 * time.Second, Deadline: 500 * time.Millisecond}, func(ctx context.Context) error {
+			fnDeadline, hasDL = ctx.Deadline()
+			<-ctx.Done()
+			cause = context.Cause(ctx)
+			return ctx.Err()
+		})
+		took := time.Since(start)
+		limit := 500 * time.Millisecond
+		if ctxDeadline > 0 {
+			limit = ctxDeadline
+		}
+		t.Logf("ctxDeadline %v: err %v after %v, cause %v, fn deadline in %v", ctxDeadline, err, took, cause, fnDeadline.Sub(start))
+		if !hasDL || fnDeadline.After(start.Add(limit)) {
+			t.Errorf("fn deadline %v (ok %v), want ≤ %v", fnDeadline.Sub(start), hasDL, limit)
+		}
+		if cause != lease.ErrDeadline {
+			t.Errorf("cause %v, want ErrDeadline", cause)
+		}
+		if !errors.Is(err, lease.ErrDeadline) || !errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("err %v", err)
+		}
+		if took > limit+60*time.Millisecond {
+			t.Errorf("took %v", took)
+		}
+	}
+}
+
+func TestAdversary33_NestedSpecApplies(t *testing.T) {
+	c, _ := sharedClient(t)
+	err := c.Do(context.Background(), "adv33-nest", lease.Spec{TTL: 3 * time.Second, Deadline: 5 * time.Second}, func(ctx context.Context) error {
+		called := false
+		e := c.Do(ctx, "adv33-nest", lease.Spec{TTL: 3 * time.Second, Deadline: 5 * time.Second, Fence: true}, func(context.Context) error { called = true; return nil })
+		t.Logf("fence under unfenced: %v called %v", e, called)
+		if e == nil || called {
+			t.Errorf("fence under unfenced: %v called %v", e, called)
+		}
+		start := time.Now()
+		var cause error
+		e = c.Do(ctx, "adv33-nest", lease.Spec{TTL: 3 * time.Second, Deadline: 200 * time.Millisecond}, func(ctx context.Context) error {
+			<-ctx.Done()
+			cause = context.Cause(ctx)
+			return nil
+		})
+		t.Logf("inner deadline: %v after %v cause %v", e, time.Since(start), cause)
+		if !errors.Is(e, lease.ErrDeadline) || cause != lease.ErrDeadline || time.Since(start) > 300*time.Millisecond {
+			t.Errorf("inner deadline: %v cause %v", e, cause)
+		}
+		e = c.Do(ctx, "adv33-nest", lease.Spec{TTL: 10 * time.Second, MinValidity: 4 * time.Second, Deadline: time.Second}, func(context.Context) error { called = true; return nil })
+		t.Logf("min validity: %v", e)
+		if !errors.Is(e, lease.ErrLowValidity) {
+			t.Errorf("nested min-validity: %v", e)
+		}
+		if ctx.Err() != nil {
+			t.Errorf("outer ctx ended: %v", context.Cause(ctx))
+		}
+		return nil
+	})
+	if err != nil {
+		t.Errorf("outer: %v", err)
+	}
+}
+
+func TestAdversary33_BusyClasses(t *testing.T) {
+	c, _ := sharedClient(t)
+	c2, _ := sharedClient(t)
+	release := make(chan struct{})
+	defer close(release)
+	hold(t, c2, "adv33-busy", lease.Spec{TTL: 5 * time.Second, Deadline: 10 * time.Second}, release)
+	err := c.Do(context.Background(), "adv33-busy", lease.Spec{Deadline: time.Second}, func(context.Context) error { return nil })
+	if !errors.Is(err, lease.ErrBusy) || errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("wait 0: %v", err)
+	}
+	start := time.Now()
+	err = c.Do(context.Background(), "adv33-busy", lease.Spec{TTL: time.Second, Deadline: 5 * time.Second, Wait: 300 * time.Millisecond}, func(context.Context) error { return nil })
+	t.Logf("wait 300ms: %v after %v", err, time.Since(start))
+	if !errors.Is(err, lease.ErrBusy) || errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("wait: %v", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	time.AfterFunc(100*time.Millisecond, cancel)
+	err = c.Do(ctx, "adv33-busy", lease.Spec{TTL: time.Second, Deadline: 5 * time.Second, Wait: 2 * time.Second, Busy: lease.BusySkip}, func(context.Context) error { return nil })
+	t.Logf("skip+cancel: %v", err)
+	if !errors.Is(err, context.Canceled) {
+		t.Errorf("skip+cancel: %v", err)
+	}
+	err = c.Do(context.Background(), "adv33-busy", lease.Spec{Deadline: time.Second, Busy: lease.BusySkip}, func(context.Context) error { return errors.New("called") })
+	if err != nil {
+		t.Errorf("skip: %v", err)
+	}
+}
+
+func TestAdversary33_SpecChecksAndZeroValues(t *testing.T) {
+	c, _ := sharedClient(t)
+	bad := []lease.Spec{
+		{},
+		{Deadline: -1},
+		{Deadline: time.Second, TTL: -1},
+		{Deadline: time.Second, Wait: -1},
+		{Deadline: time.Second, MinValidity: -1},
+		{Deadline: time.Second, HoldMin: -1},
+		{Deadline: time.Second, Wait: time.Second},
+		{Deadline: time.Second, HoldMin: 2 * time.Second},
+		{Deadline: time.Second, TTL: time.Second, MinValidity: time.Second},
+		{Deadline: time.Second, Busy: 7},
+	}
+	for _, s := range bad {
+		called := false
+		err := c.Do(context.Background(), "adv33-spec", s, func(context.Context) error { called = true; return nil })
+		if err == nil || called {
+			t.Errorf("%+v: %v, called %v", s, err, called)
+		}
+	}
+	err := c.Do(context.Background(), "", lease.Spec{Deadline: time.Second}, func(context.Context) error { return nil })
+	if !errors.Is(err, lease.ErrBadKey) {
+		t.Errorf("empty key: %v", err)
+	}
+	err = c.Do(context.Background(), "adv33-spec", lease.Spec{Deadline: time.Second, HoldMin: time.Second}, func(ctx context.Context) error {
+		l, ok := lease.FromContext(ctx)
+		if !ok || l.Token() != 0 || l.Key() != "adv33-spec" {
+			t.Errorf("lease %v %v", ok, l)
+		}
+		if _, ok := lease.TokenFrom(ctx); ok {
+			t.Errorf("TokenFrom without fence reports true")
+		}
+		if r := l.Remaining(); r < 29*time.Second || r > 30*time.Second {
+			t.Errorf("Remaining %v", r)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestAdversary33_HoldMinLongerThanTTL(t *testing.T) {
+	c, _ := sharedClient(t)
+	c2, _ := sharedClient(t)
+	start := time.Now()
+	err := c.Do(context.Background(), "adv33-hold", lease.Spec{TTL: 600 * time.Millisecond, Deadline: 5 * time.Second, HoldMin: 2 * time.Second}, func(context.Context) error { return nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	pttl := shared.Client(t).PTTL(context.Background(), lockKey("adv33-hold")).Val()
+	t.Logf("after return (%v): PTTL %v", time.Since(start), pttl)
+	for {
+		err := c2.Do(context.Background(), "adv33-hold", lease.Spec{TTL: time.Second, Deadline: time.Second}, func(context.Context) error { return nil })
+		if err == nil {
+			t.Logf("taken %v after the first call's start", time.Since(start))
+			if time.Since(start) < 2*time.Second-50*time.Millisecond {
+				t.Errorf("hold-min 2s: another call took the lease %v after the grant", time.Since(start))
+			}
+			return
+		}
+		if time.Since(start) > 4*time.Second {
+			t.Fatalf("never free: %v", err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// DESIGN §4: "Total deadline ... when it passes Do returns an error
+// wrapping ErrDeadline (and context.DeadlineExceeded)", and "Loss ... Do
+// returns an error wrapping ErrLost". A function that ignores its context
+// past the deadline gets no more renewals, so a short TTL then runs out
+// too: both happened, and Do must say both. Round 33 found Do returning
+// ErrLost alone (no ErrDeadline, no EventDeadlineExceeded), although fn's
+// context.Cause was ErrDeadline. The same for a nested call.
+func TestAdversary33_DeadlineThenLossWrapsBoth(t *testing.T) {
+	c, rec := sharedClient(t)
+	check := func(what string, err error, cause error) {
+		t.Helper()
+		t.Logf("%s: %v; fn's cause %v", what, err, cause)
+		if cause != lease.ErrDeadline {
+			t.Errorf("%s: fn's context.Cause %v, want ErrDeadline", what, cause)
+		}
+		if !errors.Is(err, lease.ErrDeadline) || !errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("%s: the deadline passed: want an error wrapping ErrDeadline and DeadlineExceeded, got %v", what, err)
+		}
+		if !errors.Is(err, lease.ErrLost) {
+			t.Errorf("%s: the lease ran out while fn ran: want an error wrapping ErrLost, got %v", what, err)
+		}
+	}
+	var cause error
+	err := c.Do(context.Background(), "adv33-dl-lost", lease.Spec{TTL: 300 * time.Millisecond, Deadline: 500 * time.Millisecond}, func(ctx context.Context) error {
+		time.Sleep(time.Second) // ignores ctx
+		cause = context.Cause(ctx)
+		return nil
+	})
+	check("Do", err, cause)
+	if rec.Count(lease.EventDeadlineExceeded) != 1 || rec.Count(lease.EventLost) != 1 {
+		t.Errorf("events: %d deadline exceeded, %d lost; want one each", rec.Count(lease.EventDeadlineExceeded), rec.Count(lease.EventLost))
+	}
+
+	// Nested: the inner call's deadline passes, and the inner fn, ignoring
+	// it, outlives the lease (the outer fn ignores its context too).
+	var inner error
+	err = c.Do(context.Background(), "adv33-dl-lost-nested", lease.Spec{TTL: 300 * time.Millisecond, Deadline: 2 * time.Second}, func(ctx context.Context) error {
+		inner = c.Do(ctx, "adv33-dl-lost-nested", lease.Spec{TTL: 300 * time.Millisecond, MinValidity: time.Millisecond, Deadline: 100 * time.Millisecond}, func(ctx context.Context) error {
+			<-ctx.Done()
+			cause = context.Cause(ctx)
+			// Stop the outer lease's renewals: the renewal refused (the key
+			// gone) is a loss while this nested fn still runs.
+			shared.Client(t).Del(context.Background(), lockKey("adv33-dl-lost-nested"))
+			time.Sleep(time.Second)
+			return nil
+		})
+		return nil
+	})
+	check("nested Do", inner, cause)
+	if !errors.Is(err, lease.ErrLost) {
+		t.Errorf("outer Do: %v, want ErrLost", err)
+	}
+}
