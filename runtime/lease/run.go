@@ -92,6 +92,11 @@ func (a *call) run(ctx context.Context, l *Lease, fn func(context.Context) error
 		case !entered:
 			// Not entered for want of validity: err says so, whatever the
 			// validity timer reported meanwhile.
+		case lost && deadlineHit:
+			// Both: the budget ran out (no renewal after it), then the
+			// lease, while fn went on.
+			a.observe(Event{Kind: EventDeadlineExceeded})
+			err = lostAfterDeadline(a, lostErr(l.Err(), err))
 		case lost:
 			err = lostErr(l.Err(), err)
 		case deadlineHit:
