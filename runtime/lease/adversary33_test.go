@@ -3,10 +3,13 @@ package lease_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/leasegen/leasegen/runtime/lease"
+	"github.com/leasegen/leasegen/runtime/leasetest"
+	"github.com/redis/go-redis/v9"
 )
 
 // Round 33: tests written from DESIGN.md alone (contract conformance).
@@ -236,5 +239,50 @@ func TestAdversary33_DeadlineThenLossWrapsBoth(t *testing.T) {
 	check("nested Do", inner, cause)
 	if !errors.Is(err, lease.ErrLost) {
 		t.Errorf("outer Do: %v, want ErrLost", err)
+	}
+}
+
+func TestAdversary33_UnreplicatedGrantIsUnknownAndReleased(t *testing.T) {
+	c, rec := sharedClient(t, lease.WithReplicas(1, 100*time.Millisecond))
+	for _, fence := range []bool{false, true} {
+		called := false
+		start := time.Now()
+		err := c.Do(context.Background(), "adv33-unrepl", lease.Spec{TTL: 10 * time.Second, Deadline: 2 * time.Second, Fence: fence}, func(context.Context) error { called = true; return nil })
+		t.Logf("fence %v: %v after %v", fence, err, time.Since(start))
+		if !errors.Is(err, lease.ErrUnknown) || called {
+			t.Errorf("err %v called %v", err, called)
+		}
+		if n := shared.Client(t).Exists(context.Background(), lockKey("adv33-unrepl")).Val(); n != 0 {
+			t.Errorf("the unreplicated grant was left held")
+		}
+	}
+	if rec.Count(lease.EventUnreplicated) != 2 {
+		t.Errorf("EventUnreplicated %d", rec.Count(lease.EventUnreplicated))
+	}
+}
+
+func TestAdversary33_BlackholedAcquireSaysReleaseUnconfirmed(t *testing.T) {
+	p := leasetest.StartProxy(t, shared.Addr())
+	rdb := redis.NewClient(&redis.Options{Addr: p.Addr(), ContextTimeoutEnabled: true})
+	defer rdb.Close()
+	c, rec := newClient(t, rdb)
+	if err := rdb.Ping(context.Background()).Err(); err != nil {
+		t.Fatal(err)
+	}
+	p.Set(leasetest.Blackhole)
+	start := time.Now()
+	err := c.Do(context.Background(), "adv33-bh", lease.Spec{TTL: 2 * time.Second, Deadline: 400 * time.Millisecond}, func(context.Context) error { return nil })
+	t.Logf("%v after %v", err, time.Since(start))
+	for _, e := range rec.Events() {
+		t.Logf("%v %v", e.Kind, e.Err)
+	}
+	if !errors.Is(err, lease.ErrUnknown) || errors.Is(err, lease.ErrBusy) {
+		t.Errorf("err %v", err)
+	}
+	if !strings.Contains(err.Error(), "unconfirmed") {
+		t.Errorf("error does not say the release is unconfirmed: %v", err)
+	}
+	if time.Since(start) > 460*time.Millisecond {
+		t.Errorf("took %v", time.Since(start))
 	}
 }
