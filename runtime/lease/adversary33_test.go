@@ -286,3 +286,29 @@ func TestAdversary33_BlackholedAcquireSaysReleaseUnconfirmed(t *testing.T) {
 		t.Errorf("took %v", time.Since(start))
 	}
 }
+
+// DESIGN §4: "Loss errors carry their cause", and "Renewal stops at the
+// total deadline". A function that goes on past its deadline loses its
+// lease when the last renewal's validity runs out, because no renewal is
+// sent after the deadline, not because one failed. Round 33 found the
+// cause saying "its validity ran out before a renewal was confirmed",
+// which sends an operator looking for a Redis problem that was not there.
+func TestAdversary33_LossAfterDeadlineNamesTheDeadline(t *testing.T) {
+	c, rec := sharedClient(t)
+	var cause error
+	err := c.Do(context.Background(), "adv33-dl-cause", lease.Spec{TTL: 300 * time.Millisecond, Deadline: 500 * time.Millisecond}, func(ctx context.Context) error {
+		time.Sleep(time.Second) // ignores ctx
+		l, _ := lease.FromContext(ctx)
+		cause = l.Err()
+		return nil
+	})
+	t.Logf("Do: %v\nthe lease's cause: %v", err, cause)
+	mustIs(t, err, lease.ErrLost)
+	mustIs(t, cause, lease.ErrLost)
+	if msg := cause.Error(); !strings.Contains(msg, "deadline") || strings.Contains(msg, "before a renewal was confirmed") {
+		t.Errorf("the loss's cause does not say renewals stopped at the deadline: %v", cause)
+	}
+	if rec.Count(lease.EventRenewFailed) != 0 {
+		t.Errorf("%d EventRenewFailed: no renewal failed", rec.Count(lease.EventRenewFailed))
+	}
+}
