@@ -383,7 +383,17 @@ func (w *watcher) fire() {
 		w.timer.Reset(left) // renewed meanwhile, or the first renewal just queued
 		return
 	}
-	l.lose(l.cur.Load().lossCause(l, "its validity ran out before a renewal was confirmed"))
+	what := "its validity ran out before a renewal was confirmed"
+	rn := w.a.c.renew
+	rn.mu.Lock()
+	stoppedAtEnd := !w.r.next.Before(w.r.end) && w.r.flight == nil
+	rn.mu.Unlock()
+	if stoppedAtEnd {
+		// No renewal failed: none is sent from the call's deadline on
+		// (or a kept lease's end), and the function went on past it.
+		what = "its validity ran out after renewal stopped at the call's deadline (the function went on past it)"
+	}
+	l.lose(l.cur.Load().lossCause(l, what))
 }
 
 // extend renews the lease until end (a kept lease, taken by a new call or
