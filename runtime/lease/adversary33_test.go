@@ -312,3 +312,72 @@ func TestAdversary33_LossAfterDeadlineNamesTheDeadline(t *testing.T) {
 		t.Errorf("%d EventRenewFailed: no renewal failed", rec.Count(lease.EventRenewFailed))
 	}
 }
+
+func TestAdversary33_CloseTwiceAndNewNil(t *testing.T) {
+	c, err := lease.New(shared.Client(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Close(); err != nil {
+		t.Errorf("second Close: %v", err)
+	}
+	err = c.Do(context.Background(), "adv33-closed", lease.Spec{Deadline: time.Second}, func(context.Context) error { return nil })
+	if !errors.Is(err, lease.ErrClosed) {
+		t.Errorf("Do after Close: %v", err)
+	}
+	if _, err := lease.New(nil); err == nil {
+		t.Errorf("New(nil) accepted")
+	}
+}
+
+// The public names DESIGN.md §4 gives, with its signatures: tests outside
+// this repository are written against them.
+func TestAdversary33_DesignNamesAndSignatures(t *testing.T) {
+	var (
+		_ func(redis.UniversalClient, ...lease.Option) (*lease.Client, error)                         = lease.New
+		_ func(*lease.Client) error                                                                   = (*lease.Client).Close
+		_ func(*lease.Client, context.Context, string, lease.Spec, func(context.Context) error) error = (*lease.Client).Do
+		_ func(context.Context) (lease.Token, bool)                                                   = lease.TokenFrom
+		_ func(context.Context) (*lease.Lease, bool)                                                  = lease.FromContext
+		_ func(*lease.Lease) string                                                                   = (*lease.Lease).Key
+		_ func(*lease.Lease) lease.Token                                                              = (*lease.Lease).Token
+		_ func(*lease.Lease) time.Duration                                                            = (*lease.Lease).Remaining
+		_ func(*lease.Lease) <-chan struct{}                                                          = (*lease.Lease).Lost
+		_ func(int, time.Duration) lease.Option                                                       = lease.WithReplicas
+		_ func(lease.Observer) lease.Option                                                           = lease.WithObserver
+		_ func(string) lease.Option                                                                   = lease.WithPrefix
+		_ lease.Observer                                                                              = lease.ObserverFunc(nil)
+		_ lease.BusyPolicy                                                                            = lease.BusyError
+	)
+	s := lease.Spec{TTL: 1, Deadline: 2, Wait: 3, MinValidity: 4, HoldMin: 5, Busy: lease.BusySkip, Fence: true, Name: "n"}
+	if lease.BusyPolicy(0) != lease.BusyError || s.Busy == lease.BusyError {
+		t.Errorf("BusyError must be the zero value, BusySkip another")
+	}
+	if tok := lease.Token(1<<64 - 1); uint64(tok) != 1<<64-1 {
+		t.Errorf("Token is not a uint64")
+	}
+	classes := []error{lease.ErrBusy, lease.ErrUnknown, lease.ErrLost, lease.ErrDeadline, lease.ErrLowValidity, lease.ErrBadKey}
+	for i, a := range classes {
+		for j, b := range classes {
+			if (i == j) != errors.Is(a, b) {
+				t.Errorf("errors.Is(%v, %v) = %v", a, b, errors.Is(a, b))
+			}
+		}
+	}
+	if !errors.Is(lease.ErrDeadline, context.DeadlineExceeded) {
+		t.Errorf("ErrDeadline does not wrap context.DeadlineExceeded")
+	}
+	kinds := []lease.EventKind{lease.EventAcquired, lease.EventBusy, lease.EventAcquireUnknown, lease.EventLowValidity,
+		lease.EventRenewed, lease.EventRenewFailed, lease.EventLost, lease.EventDeadlineExceeded, lease.EventReleased,
+		lease.EventReleaseUnconfirmed, lease.EventUnreplicated, lease.EventStaleWriteRejected}
+	seen := map[string]bool{}
+	for _, k := range kinds {
+		if k == 0 || seen[k.String()] {
+			t.Errorf("event kind %d (%v): zero or a duplicate name", k, k)
+		}
+		seen[k.String()] = true
+	}
+}
