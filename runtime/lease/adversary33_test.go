@@ -381,3 +381,38 @@ func TestAdversary33_DesignNamesAndSignatures(t *testing.T) {
 		seen[k.String()] = true
 	}
 }
+
+func TestAdversary33_NoKeyWithoutExpiry(t *testing.T) {
+	srv := leasetest.StartRedis(t)
+	rdb := srv.Client(t)
+	c1, _ := newClient(t, rdb)
+	c2, _ := newClient(t, srv.Client(t))
+	done := make(chan error, 40)
+	for i := range 40 {
+		c := c1
+		if i%2 == 1 {
+			c = c2
+		}
+		go func() {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Duration(50+i*10)*time.Millisecond)
+			defer cancel()
+			done <- c.Do(ctx, "adv33-exp", lease.Spec{TTL: time.Second, MinValidity: time.Millisecond, Deadline: 2 * time.Second, Wait: time.Second, Fence: i%3 == 0, HoldMin: time.Duration(i%4) * 5 * time.Millisecond},
+				func(context.Context) error { time.Sleep(5 * time.Millisecond); return nil })
+		}()
+	}
+	for range 40 {
+		<-done
+	}
+	ctx := context.Background()
+	keys, err := rdb.Keys(ctx, "*").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range keys {
+		pttl := rdb.PTTL(ctx, k).Val()
+		t.Logf("%s: %v", k, pttl)
+		if pttl < 0 {
+			t.Errorf("key %s has no expiry", k)
+		}
+	}
+}
