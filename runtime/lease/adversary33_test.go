@@ -416,3 +416,39 @@ func TestAdversary33_NoKeyWithoutExpiry(t *testing.T) {
 		}
 	}
 }
+
+// DESIGN §4: "Total deadline ... when it passes Do returns an error
+// wrapping ErrDeadline (and context.DeadlineExceeded)". Round 33 found a
+// call with Spec.Keep (keep= in a directive) whose deadline passed while
+// fn ran returning nil (or fn's bare context error): the lease was kept
+// and the deadline went unreported, no EventDeadlineExceeded either,
+// although fn's context.Cause was ErrDeadline.
+func TestAdversary33_KeepDoesNotHideTheDeadline(t *testing.T) {
+	c, rec := sharedClient(t)
+	for i, ret := range []func(ctx context.Context) error{
+		func(context.Context) error { return nil },
+		func(ctx context.Context) error { return ctx.Err() },
+	} {
+		var cause error
+		start := time.Now()
+		err := c.Do(context.Background(), "adv33-keep-dl", lease.Spec{TTL: 2 * time.Second, Deadline: 300 * time.Millisecond, Keep: 5 * time.Second}, func(ctx context.Context) error {
+			<-ctx.Done()
+			cause = context.Cause(ctx)
+			return ret(ctx)
+		})
+		t.Logf("call %d: %v after %v; fn's cause %v", i, err, time.Since(start).Round(time.Millisecond), cause)
+		if cause != lease.ErrDeadline {
+			t.Fatalf("call %d: fn's cause %v, want ErrDeadline", i, cause)
+		}
+		if !errors.Is(err, lease.ErrDeadline) || !errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("call %d: the deadline passed: want an error wrapping ErrDeadline and DeadlineExceeded, got %v", i, err)
+		}
+		if n := rec.Count(lease.EventDeadlineExceeded); n != i+1 {
+			t.Errorf("call %d: %d EventDeadlineExceeded, want %d", i, n, i+1)
+		}
+	}
+	// The lease may still be kept for the next call, which runs.
+	if err := c.Do(context.Background(), "adv33-keep-dl", lease.Spec{TTL: 2 * time.Second, Deadline: time.Second, Keep: 5 * time.Second}, func(context.Context) error { return nil }); err != nil {
+		t.Errorf("next call: %v", err)
+	}
+}
