@@ -56,6 +56,12 @@ func (a *call) run(ctx context.Context, l *Lease, fn func(context.Context) error
 			if l.awaitReport() {
 				a.c.dropKept(l)
 			}
+			if deadlineHit {
+				// Kept, but the budget ran out while fn ran: the caller
+				// must know, as without Keep.
+				a.observe(Event{Kind: EventDeadlineExceeded})
+				err = deadlineErr(a, err)
+			}
 			return
 		}
 		a.c.unkeep(l) // a reused kept lease whose fn panicked is released too
