@@ -373,7 +373,11 @@ func (g *pkgGen) funcWrapper(fd *ast.FuncDecl, raw *directive.Directive) *templa
 	}
 
 	// Names: everything the body refers to is reserved for parameters.
-	n := g.newNamer(q, paramTypes, w.Results)
+	typeParams := map[string]bool{}
+	for _, tp := range w.TypeParams {
+		typeParams[tp.Name] = true
+	}
+	n := g.newNamer(q, typeParams, paramTypes, w.Results)
 	n.reserve(fd.Name.Name)
 	if recvNamed != nil {
 		w.RecvName = n.alloc(recvName(fd), "r")
@@ -385,6 +389,17 @@ func (g *pkgGen) funcWrapper(fd *ast.FuncDecl, raw *directive.Directive) *templa
 			// shadow it there.
 			g.errorf(fd.Name.Pos(), "%s: type parameter %s has a name the generated wrapper needs (a package it imports or a predeclared identifier): rename it", fd.Name.Name, tp.Name)
 			return nil
+		}
+		// The package-level variable a client= or identity= names is
+		// used by the body too, which the type parameter would shadow.
+		for _, opt := range []struct {
+			name string
+			w    directive.Word
+		}{{"client", d.Client}, {"identity", d.Identity}} {
+			if opt.w.Set() && opt.w.V == tp.Name && g.pkg.Types.Scope().Lookup(tp.Name) != nil {
+				g.errorf(fd.Name.Pos(), "%s: type parameter %s shadows the package-level %s that %s=%s names: rename one of them", fd.Name.Name, tp.Name, tp.Name, opt.name, opt.w.V)
+				return nil
+			}
 		}
 		n.reserve(tp.Name)
 	}

@@ -155,7 +155,7 @@ func (g *pkgGen) decoratorMethod(dec *templates.Decorator, ts *ast.TypeSpec, m *
 	q := g.qual()
 	ptypes, results := q.sigTypes(sig)
 	w.Results = append(w.Results, results...)
-	n := g.newNamer(q, ptypes, w.Results)
+	n := g.newNamer(q, nil, ptypes, w.Results)
 	n.reserve(dec.Recv)
 	orig := map[string]int{}
 	for j := range sig.Params().Len() {

@@ -311,8 +311,10 @@ func (n *namer) alloc(want, def string) string {
 // names its text refers to and those of the packages the templates use,
 // the predeclared identifiers (string, int64, nil, len, error, ...), and
 // the package's own names in typeTexts (the types of its parameters and
-// results, which the body repeats, as in var r0 Res).
-func (g *pkgGen) newNamer(q *qual, typeTexts ...[]string) *namer {
+// results, which the body repeats, as in var r0 Res). An identifier in
+// typeTexts named in shadowed (a generic function's type parameters, which
+// shadow the package's names in its signature) is not the package's.
+func (g *pkgGen) newNamer(q *qual, shadowed map[string]bool, typeTexts ...[]string) *namer {
 	n := newNamer()
 	for _, path := range fixedImports {
 		n.reserve(g.imports[path])
@@ -325,7 +327,7 @@ func (g *pkgGen) newNamer(q *qual, typeTexts ...[]string) *namer {
 		for _, texts := range typeTexts {
 			for _, text := range texts {
 				for _, id := range identRE.FindAllString(text, -1) {
-					if g.pkg.Types.Scope().Lookup(id) != nil {
+					if !shadowed[id] && g.pkg.Types.Scope().Lookup(id) != nil {
 						n.reserve(id)
 					}
 				}

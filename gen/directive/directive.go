@@ -164,7 +164,7 @@ func Parse(pos token.Pos, text string) (*Directive, []Error) {
 	d := &Directive{Name: dir.Name, Slash: pos}
 	var errs []Error
 	if dir.Name == Lock || dir.Name == Leader {
-		if len(args) == 0 || strings.Contains(args[0].Arg, "=") || args[0].Arg == "fence" {
+		if len(args) == 0 || looksLikeOption(args[0].Arg) {
 			at := dir.End()
 			if len(args) > 0 {
 				at = args[0].Pos
@@ -219,6 +219,27 @@ func Parse(pos token.Pos, text string) (*Directive, []Error) {
 		}
 	}
 	return d, errs
+}
+
+// looksLikeOption reports whether the first argument of //lease:lock or
+// //lease:leader, which must be the key, reads as an option instead (the
+// key forgotten): "fence", or a word before '=' ("deadline=1m", the typo
+// "tll=5s") with no key part. A key template may hold '=' (a separator
+// KeyPart escapes): "tenant={t}:jobs" and "kv:{k}={v}" are keys.
+func looksLikeOption(arg string) bool {
+	if arg == "fence" {
+		return true
+	}
+	name, _, ok := strings.Cut(arg, "=")
+	if !ok || strings.ContainsAny(arg, "{}") || name == "" {
+		return false
+	}
+	for i, r := range name {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || i > 0 && (r == '-' || r == '_' || r >= '0' && r <= '9')) {
+			return false
+		}
+	}
+	return true
 }
 
 // nearMiss returns the error for a comment that spells a directive name

@@ -304,11 +304,20 @@ func (a *call) reenter(ctx context.Context, r *leaseRef, fn func(context.Context
 		// its loss would be reported after the outer call's EventDone.
 		l.lose(fmt.Errorf("%w: key %q: a nested call returned after the lease's validity ended", ErrLost, a.key))
 	}
-	switch lost := l.awaitReport(); { // EventLost before the nested call's EventDone
-	case lost:
-		return lostErr(l.Err(), err)
-	case !r.a.inFn.Load():
-		return lostErr(fmt.Errorf("%w (key %q)", errEnded, a.key), err)
+	lost := l.awaitReport() // EventLost before the nested call's EventDone
+	if lost || !r.a.inFn.Load() {
+		cause := l.Err()
+		if !lost {
+			cause = fmt.Errorf("%w (key %q)", errEnded, a.key)
+		}
+		if deadlineHit {
+			// The nested budget ran out, then the lease, while fn went on.
+			a.observe(Event{Kind: EventDeadlineExceeded})
+			return lostAfterDeadline(a, lostErr(cause, err))
+		}
+		return lostErr(cause, err)
+	}
+	switch {
 	case deadlineHit:
 		a.observe(Event{Kind: EventDeadlineExceeded})
 		return deadlineErr(a, err)
@@ -322,6 +331,13 @@ func lostErr(cause, fnErr error) error {
 		return fmt.Errorf("%w; the function returned: %w", cause, fnErr)
 	}
 	return fmt.Errorf("%w; the function's effects may have run partly unprotected", cause)
+}
+
+// lostAfterDeadline is what Do returns when the budget ran out while fn
+// ran and the lease was lost too (fn went on past its deadline, when no
+// renewal extends the lease): both classes, ErrLost's error first.
+func lostAfterDeadline(a *call, lost error) error {
+	return fmt.Errorf("%w (after the %v budget ran out: %w)", lost, a.spec.Deadline, ErrDeadline)
 }
 
 func deadlineErr(a *call, fnErr error) error {

@@ -76,6 +76,9 @@
 //     unprotected, and the caller must know.
 //   - [ErrDeadline]: the total budget ran out; the error also wraps
 //     context.DeadlineExceeded, and fn's [context.Cause] is ErrDeadline.
+//     There is no renewal after it, so an fn that goes on past its
+//     deadline may outlive the lease too: the error then wraps both
+//     ErrLost and ErrDeadline.
 //   - [ErrBadKey]: an empty key, or a key part that could not be built.
 //   - Definite failures are none of the above: nothing was sent (dial, TLS)
 //     or the server refused the command (NOPERM, READONLY, OOM, ...). The

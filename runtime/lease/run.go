@@ -56,6 +56,12 @@ func (a *call) run(ctx context.Context, l *Lease, fn func(context.Context) error
 			if l.awaitReport() {
 				a.c.dropKept(l)
 			}
+			if deadlineHit {
+				// Kept, but the budget ran out while fn ran: the caller
+				// must know, as without Keep.
+				a.observe(Event{Kind: EventDeadlineExceeded})
+				err = deadlineErr(a, err)
+			}
 			return
 		}
 		a.c.unkeep(l) // a reused kept lease whose fn panicked is released too
@@ -92,6 +98,11 @@ func (a *call) run(ctx context.Context, l *Lease, fn func(context.Context) error
 		case !entered:
 			// Not entered for want of validity: err says so, whatever the
 			// validity timer reported meanwhile.
+		case lost && deadlineHit:
+			// Both: the budget ran out (no renewal after it), then the
+			// lease, while fn went on.
+			a.observe(Event{Kind: EventDeadlineExceeded})
+			err = lostAfterDeadline(a, lostErr(l.Err(), err))
 		case lost:
 			err = lostErr(l.Err(), err)
 		case deadlineHit:
@@ -378,7 +389,17 @@ func (w *watcher) fire() {
 		w.timer.Reset(left) // renewed meanwhile, or the first renewal just queued
 		return
 	}
-	l.lose(l.cur.Load().lossCause(l, "its validity ran out before a renewal was confirmed"))
+	what := "its validity ran out before a renewal was confirmed"
+	rn := w.a.c.renew
+	rn.mu.Lock()
+	stoppedAtEnd := !w.r.next.Before(w.r.end) && w.r.flight == nil
+	rn.mu.Unlock()
+	if stoppedAtEnd {
+		// No renewal failed: none is sent from the call's deadline on
+		// (or a kept lease's end), and the function went on past it.
+		what = "its validity ran out after renewal stopped at the call's deadline (the function went on past it)"
+	}
+	l.lose(l.cur.Load().lossCause(l, what))
 }
 
 // extend renews the lease until end (a kept lease, taken by a new call or
