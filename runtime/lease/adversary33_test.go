@@ -1,0 +1,106 @@
+package lease_test
+
+// Adversary round 33: Redis Cluster slot migration and Sentinel edge
+// cases, on real servers started by runtime/leasetest.
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/leasegen/leasegen/runtime/lease"
+	"github.com/leasegen/leasegen/runtime/leasetest"
+)
+
+// adv33Migration starts moving the slot of key's lease to another master
+// and moves all its keys there: every script over several of the lease's
+// keys (the release's includes its channel and tombstone, which never
+// exist) is answered TRYAGAIN until the migration is finished.
+func adv33Migration(t *testing.T, cl *leasetest.Cluster, key string) *leasetest.Migration {
+	t.Helper()
+	ctx := context.Background()
+	slot := leasetest.Slot(lockKey(key))
+	from, err := cl.MasterForSlot(ctx, slot)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var to *leasetest.Server
+	for _, n := range cl.Nodes {
+		if n != from {
+			to = n
+			break
+		}
+	}
+	m, err := cl.BeginMigration(ctx, slot, to)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.MoveKeys(ctx, 0); err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+// A release that meets a slot migration's last moment (the keys moved, the
+// slot not yet assigned) is answered TRYAGAIN: not executed. Like the
+// acquire, it must be retried within its budget (the release timeout),
+// not given up after go-redis's own few retries: otherwise the key stays
+// held for the rest of its TTL, and a waiter queued for it (here with a
+// wait shorter than that TTL) is answered busy although the holder
+// released in time.
+func TestAdversary33_ReleaseDuringSlotMigrationIsRetried(t *testing.T) {
+	cl := leasetest.StartCluster(t, 3)
+	ctx := context.Background()
+	holder, hrec := newClient(t, cl.Client(t))
+	waiterC, _ := newClient(t, cl.Client(t))
+	key := "adv33-release"
+
+	release := make(chan struct{})
+	held := hold(t, holder, key, lease.Spec{TTL: 5 * time.Second, Deadline: 20 * time.Second}, release)
+	waited := make(chan error, 1)
+	var enteredAt time.Time
+	go func() {
+		waited <- waiterC.Do(ctx, key, lease.Spec{TTL: time.Second, Deadline: 3 * time.Second, Wait: 2500 * time.Millisecond, MinValidity: 100 * time.Millisecond},
+			func(context.Context) error { enteredAt = time.Now(); return nil })
+	}()
+	// The waiter is queued before the slot starts moving.
+	deadline := time.Now().Add(2 * time.Second)
+	for {
+		info, err := holder.Inspect(ctx, key)
+		if err == nil && info.Queued > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the waiter did not queue: %+v %v", info, err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+
+	m := adv33Migration(t, cl, key)
+	finished := make(chan error, 1)
+	releasedAt := time.Now()
+	close(release)
+	go func() {
+		time.Sleep(60 * time.Millisecond) // well inside the release's 250ms
+		finished <- m.Finish(context.Background())
+	}()
+	if err := <-held; err != nil {
+		t.Fatalf("holder: %v", err)
+	}
+	if err := <-finished; err != nil {
+		t.Fatal(err)
+	}
+	if n := hrec.Count(lease.EventReleased); n != 1 {
+		for _, e := range hrec.Events() {
+			t.Logf("holder event %v %v", e.Kind, e.Err)
+		}
+		t.Errorf("the holder's release was not confirmed (%d released events): a TRYAGAIN inside the release budget was not retried", n)
+	}
+	err := <-waited
+	if err != nil {
+		t.Fatalf("the waiter, queued before the holder released in time: %v", err)
+	}
+	if lag := enteredAt.Sub(releasedAt); lag > time.Second {
+		t.Errorf("the waiter entered %v after the holder's release (the key's TTL ran out instead)", lag)
+	}
+}
