@@ -121,6 +121,9 @@ func (c *Client) releaseWith(ctx context.Context, r *relArgs, k *keys, tombKey, 
 		sarg(&k.lock), sarg(&k.channel), sarg(tombKey), sarg(&k.fence), sarg(&k.queue), sarg(&k.qexp),
 		sarg(id), &r.hold, "PUBLISH", c.tombTTLArg, c.counterTTLArg, memberArg, tombArg}
 	res, err := c.evalArgs(ctx, releaseScript, r.argv[:])
+	if err != nil && classify(err) == outRedirect {
+		res, err = c.retryRelease(ctx, r, err)
+	}
 	if err != nil && notSent(err) && r.hold.writes.Load() > 0 {
 		// No connection for go-redis's re-send after a lost reply (a
 		// dial error, a pool timeout): the release had been written
@@ -135,6 +138,36 @@ func (c *Client) releaseWith(ctx context.Context, r *relArgs, k *keys, tombKey, 
 		c.publishRefused(k)
 	}
 	return res, err
+}
+
+// retryRelease sends a release again after a slot redirect (TRYAGAIN
+// while a Cluster slot migrates: a script over several of the lease's
+// keys, such as the release's, which names its channel and tombstone,
+// runs on neither master until the migration ends; or CLUSTERDOWN, or
+// MOVED/ASK that go-redis did not follow). Such an answer means the script
+// was not run, so it is sent again, with the slot map reloaded, for as
+// long as the release's budget lasts (ctx's deadline, or the release
+// timeout when it has none), as the acquire does within the call's:
+// giving up at once would leave the key held for the rest of its TTL,
+// and a waiter queued for it waiting that long
+// (TestAdversary33_ReleaseDuringSlotMigrationIsRetried).
+func (c *Client) retryRelease(ctx context.Context, r *relArgs, err error) (int64, error) {
+	end, ok := ctx.Deadline()
+	if !ok {
+		end = time.Now().Add(c.releaseTimeout)
+	}
+	for try := 1; ; try++ {
+		c.reloadTopology()
+		pause := min(time.Duration(try)*5*time.Millisecond, 25*time.Millisecond)
+		if !time.Now().Add(pause).Before(end) || !sleepCtx(ctx, pause) {
+			return 0, err
+		}
+		var res int64
+		res, err = c.evalArgs(ctx, releaseScript, r.argv[:])
+		if err == nil || classify(err) != outRedirect {
+			return res, err
+		}
+	}
 }
 
 // publishRefused reports a release whose messages the server refused (the
