@@ -5,6 +5,7 @@ package lease_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -102,5 +103,59 @@ func TestAdversary33_ReleaseDuringSlotMigrationIsRetried(t *testing.T) {
 	}
 	if lag := enteredAt.Sub(releasedAt); lag > time.Second {
 		t.Errorf("the waiter entered %v after the holder's release (the key's TTL ran out instead)", lag)
+	}
+}
+
+// Inspect and List read a lease with one script over its keys (lock,
+// counter, queue, expiries), which a slot migration answers TRYAGAIN
+// while only some of them exist on either master (an unfenced lease has
+// no counter: always). That answer means "not run, try again": they must
+// try again within their context, as the acquire does, instead of
+// failing (List: the whole page) at the first TRYAGAIN of a migration
+// that ends well within it.
+func TestAdversary33_InspectDuringSlotMigrationIsRetried(t *testing.T) {
+	cl := leasetest.StartCluster(t, 3)
+	ctx := context.Background()
+	c, _ := newClient(t, cl.Client(t))
+	key := "adv33-inspect"
+	release := make(chan struct{})
+	defer close(release)
+	hold(t, c, key, lease.Spec{TTL: 5 * time.Second, Deadline: 20 * time.Second}, release)
+	want, err := c.Inspect(ctx, key)
+	if err != nil || want.Free() {
+		t.Fatalf("inspect before the migration: %+v, %v", want, err)
+	}
+	for _, what := range []string{"Inspect", "List"} {
+		t.Run(what, func(t *testing.T) {
+			m := adv33Migration(t, cl, key)
+			finished := make(chan error, 1)
+			go func() {
+				time.Sleep(300 * time.Millisecond)
+				finished <- m.Finish(context.Background())
+			}()
+			ictx, cancel := context.WithTimeout(ctx, 3*time.Second)
+			defer cancel()
+			var got lease.Info
+			if what == "Inspect" {
+				got, err = c.Inspect(ictx, key)
+			} else {
+				var page []lease.Info
+				page, _, err = c.List(ictx, "adv33-inspect", "")
+				if len(page) == 1 {
+					got = page[0]
+				} else if err == nil {
+					err = fmt.Errorf("listed %d leases, want 1", len(page))
+				}
+			}
+			if ferr := <-finished; ferr != nil {
+				t.Fatal(ferr)
+			}
+			if err != nil {
+				t.Fatalf("%s while the slot migrates (finished 300ms into a 3s context): %v", what, err)
+			}
+			if got.Holder != want.Holder {
+				t.Fatalf("%s: holder %q, want %q", what, got.Holder, want.Holder)
+			}
+		})
 	}
 }
