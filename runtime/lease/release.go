@@ -145,29 +145,36 @@ func (c *Client) releaseWith(ctx context.Context, r *relArgs, k *keys, tombKey, 
 // keys, such as the release's, which names its channel and tombstone,
 // runs on neither master until the migration ends; or CLUSTERDOWN, or
 // MOVED/ASK that go-redis did not follow). Such an answer means the script
-// was not run, so it is sent again, with the slot map reloaded, for as
-// long as the release's budget lasts (ctx's deadline, or the release
-// timeout when it has none), as the acquire does within the call's:
-// giving up at once would leave the key held for the rest of its TTL,
-// and a waiter queued for it waiting that long
-// (TestAdversary33_ReleaseDuringSlotMigrationIsRetried).
-func (c *Client) retryRelease(ctx context.Context, r *relArgs, err error) (int64, error) {
+// was not run, so it is sent again for as long as the release's budget
+// lasts (ctx's deadline, or the release timeout when it has none), as the
+// acquire does within the call's: giving up at once would leave the key
+// held for the rest of its TTL, and a waiter queued for it waiting that
+// long (TestAdversary33_ReleaseDuringSlotMigrationIsRetried).
+func (c *Client) retryRelease(ctx context.Context, r *relArgs, err error) (res int64, _ error) {
+	return res, c.retryRedirected(ctx, c.releaseTimeout, err, func() (err error) {
+		res, err = c.evalArgs(ctx, releaseScript, r.argv[:])
+		return err
+	})
+}
+
+// retryRedirected runs again, after err, a request answered by a slot
+// redirect (see classify: not executed), with the slot map reloaded and a
+// short pause in between, until it gets another answer or ctx ends (when
+// ctx has no deadline, patience after now). It returns the last error.
+func (c *Client) retryRedirected(ctx context.Context, patience time.Duration, err error, again func() error) error {
 	end, ok := ctx.Deadline()
 	if !ok {
-		end = time.Now().Add(c.releaseTimeout)
+		end = time.Now().Add(patience)
 	}
-	for try := 1; ; try++ {
+	for try := 1; err != nil && classify(err) == outRedirect; try++ {
 		c.reloadTopology()
 		pause := min(time.Duration(try)*5*time.Millisecond, 25*time.Millisecond)
 		if !time.Now().Add(pause).Before(end) || !sleepCtx(ctx, pause) {
-			return 0, err
+			break
 		}
-		var res int64
-		res, err = c.evalArgs(ctx, releaseScript, r.argv[:])
-		if err == nil || classify(err) != outRedirect {
-			return res, err
-		}
+		err = again()
 	}
+	return err
 }
 
 // publishRefused reports a release whose messages the server refused (the
