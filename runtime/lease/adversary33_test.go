@@ -5,6 +5,7 @@ package lease_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"testing"
 	"time"
@@ -155,6 +156,63 @@ func TestAdversary33_InspectDuringSlotMigrationIsRetried(t *testing.T) {
 			}
 			if got.Holder != want.Holder {
 				t.Fatalf("%s: holder %q, want %q", what, got.Holder, want.Holder)
+			}
+		})
+	}
+}
+
+// ForceRelease (leasectl release) while the lease's slot migrates: its
+// release script, and the script that ends a hold-min, name keys that do
+// not exist (the channel, the tombstone), so a migration answers TRYAGAIN
+// until it ends; they must be sent again within the caller's context,
+// not refused at once.
+func TestAdversary33_ForceReleaseDuringSlotMigrationIsRetried(t *testing.T) {
+	cl := leasetest.StartCluster(t, 3)
+	ctx := context.Background()
+	c, _ := newClient(t, cl.Client(t))
+	for _, held := range []bool{false, true} {
+		t.Run(fmt.Sprint("hold=", held), func(t *testing.T) {
+			key := fmt.Sprint("adv33-force-", held)
+			s := lease.Spec{TTL: 5 * time.Second, Deadline: 20 * time.Second}
+			want := lease.ForceReleased
+			release := make(chan struct{})
+			var done <-chan error
+			if held {
+				s.HoldMin = 10 * time.Second
+				want = lease.ForceHoldEnded
+				if err := c.Do(ctx, key, s, func(context.Context) error { return nil }); err != nil {
+					t.Fatal(err)
+				}
+			} else {
+				done = hold(t, c, key, s, release)
+			}
+			info, err := c.Inspect(ctx, key)
+			if err != nil || info.Free() || info.Hold != held {
+				t.Fatalf("before the migration: %+v, %v", info, err)
+			}
+			m := adv33Migration(t, cl, key)
+			finished := make(chan error, 1)
+			go func() {
+				time.Sleep(300 * time.Millisecond)
+				finished <- m.Finish(context.Background())
+			}()
+			fctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+			defer cancel()
+			res, err := c.ForceRelease(fctx, key, info.Holder)
+			if ferr := <-finished; ferr != nil {
+				t.Fatal(ferr)
+			}
+			if err != nil || res != want {
+				t.Fatalf("ForceRelease while the slot migrates (finished 300ms into a 3s context): %v, %v (want %v)", res, err, want)
+			}
+			if after, err := c.Inspect(ctx, key); err != nil || !after.Free() {
+				t.Fatalf("after ForceRelease: %+v, %v", after, err)
+			}
+			close(release)
+			if done != nil {
+				if err := <-done; !errors.Is(err, lease.ErrLost) {
+					t.Fatalf("the holder, released from outside: %v (want ErrLost)", err)
+				}
 			}
 		})
 	}
