@@ -539,8 +539,14 @@ func (c *Client) ForceRelease(ctx context.Context, key, identity string) (ForceR
 
 // endHold ends identity's hold-min on key early (endhold.lua).
 func (c *Client) endHold(ctx context.Context, k keys, key, identity string, fail func(error) (ForceResult, error)) (ForceResult, error) {
-	res, err := endholdScript.Run(ctx, c.rdb, []string{k.lock, k.channel, k.tomb + identity, k.queue}, identity, "PUBLISH", ms(c.tombTTL())).Int64()
-	if err != nil {
+	var res int64
+	end := func() (err error) {
+		res, err = endholdScript.Run(ctx, c.rdb, []string{k.lock, k.channel, k.tomb + identity, k.queue}, identity, "PUBLISH", ms(c.tombTTL())).Int64()
+		return err
+	}
+	// A slot migration answers TRYAGAIN (the channel and tombstone never
+	// exist): not run, sent again while ctx lasts, as a release is.
+	if err := c.retryRedirected(ctx, c.releaseTimeout, end(), end); err != nil {
 		return fail(err)
 	}
 	if res == 11 { // ended, but its message was refused
