@@ -217,3 +217,120 @@ func TestAdversary33_ForceReleaseDuringSlotMigrationIsRetried(t *testing.T) {
 		})
 	}
 }
+
+// A lease kept between calls (Spec.Keep) while its slot moves to another
+// master: its renewals follow the slot, and a process that then waits for
+// the key on the new master gets it from the keeper at once (the keeper
+// hears the waiter's "w" through the Cluster's pub/sub broadcast), not
+// when the keep runs out.
+func TestAdversary33_KeptLeaseAcrossSlotMigration(t *testing.T) {
+	cl := leasetest.StartCluster(t, 3)
+	ctx := context.Background()
+	keeper, krec := newClient(t, cl.Client(t))
+	other, _ := newClient(t, cl.Client(t))
+	key := "adv33-keep"
+	const ttl = 600 * time.Millisecond
+	s := lease.Spec{TTL: ttl, Deadline: 2 * time.Second, Keep: 20 * time.Second, Fence: true}
+	var tok lease.Token
+	if err := keeper.Do(ctx, key, s, func(ctx context.Context) error { tok, _ = lease.TokenFrom(ctx); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	m := adv33Migration(t, cl, key)
+	time.Sleep(ttl) // renewals while the keys are on the importing master (ASK)
+	if err := m.Finish(ctx); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(ttl) // renewals after MOVED
+	// Still kept: the next call reuses it (same token, no acquire).
+	var again lease.Token
+	if err := keeper.Do(ctx, key, s, func(ctx context.Context) error { again, _ = lease.TokenFrom(ctx); return nil }); err != nil {
+		t.Fatalf("reuse after the migration: %v", err)
+	}
+	if again != tok || krec.Count(lease.EventLost) > 0 {
+		t.Fatalf("the kept lease did not survive the migration: token %d, then %d; %d losses", tok, again, krec.Count(lease.EventLost))
+	}
+	start := time.Now()
+	var got lease.Token
+	err := other.Do(ctx, key, lease.Spec{TTL: time.Second, Deadline: 3 * time.Second, Wait: 2 * time.Second, Fence: true},
+		func(ctx context.Context) error { got, _ = lease.TokenFrom(ctx); return nil })
+	if err != nil {
+		t.Fatalf("a waiter on the migrated key: %v", err)
+	}
+	if took := time.Since(start); took > time.Second {
+		t.Errorf("the waiter got the kept key after %v (the keeper did not hear it)", took)
+	}
+	if got <= tok {
+		t.Errorf("token after the migration %d, not above the kept lease's %d", got, tok)
+	}
+}
+
+// A leader steps down while its term's slot is being migrated (the keys
+// moved, the slot about to be assigned): the standby, campaigning on
+// another Client, takes over from the step-down, not when the term's TTL
+// runs out.
+func TestAdversary33_LeaderStepsDownDuringSlotMigration(t *testing.T) {
+	cl := leasetest.StartCluster(t, 3)
+	a, _ := newClient(t, cl.Client(t))
+	b, _ := newClient(t, cl.Client(t))
+	key := "adv33-lead"
+	spec := lease.LeadSpec{TTL: 6 * time.Second, MinValidity: 100 * time.Millisecond}
+	actx, stopA := context.WithCancel(context.Background())
+	defer stopA()
+	leading := make(chan struct{})
+	stepDown := make(chan struct{})
+	aDone := make(chan error, 1)
+	go func() {
+		sa := spec
+		sa.Owner = "a"
+		aDone <- a.Lead(actx, key, sa, func(ctx context.Context) error {
+			close(leading)
+			select {
+			case <-stepDown:
+				stopA() // no new campaign: the standby is next
+			case <-ctx.Done():
+			}
+			return nil
+		})
+	}()
+	select {
+	case <-leading:
+	case <-time.After(5 * time.Second):
+		t.Fatal("a did not lead")
+	}
+	bctx, stopB := context.WithCancel(context.Background())
+	defer stopB()
+	bLeads := make(chan time.Time, 1)
+	bDone := make(chan error, 1)
+	go func() {
+		sb := spec
+		sb.Owner = "b"
+		bDone <- b.Lead(bctx, key, sb, func(ctx context.Context) error {
+			bLeads <- time.Now()
+			<-ctx.Done()
+			return nil
+		})
+	}()
+	time.Sleep(300 * time.Millisecond) // b campaigns (queued)
+	m := adv33Migration(t, cl, key)
+	finished := make(chan error, 1)
+	stepped := time.Now()
+	close(stepDown)
+	go func() {
+		time.Sleep(60 * time.Millisecond)
+		finished <- m.Finish(context.Background())
+	}()
+	if err := <-finished; err != nil {
+		t.Fatal(err)
+	}
+	<-aDone
+	select {
+	case at := <-bLeads:
+		if lag := at.Sub(stepped); lag > 2*time.Second {
+			t.Errorf("the standby led %v after the step-down", lag)
+		}
+	case <-time.After(4 * time.Second):
+		t.Fatal("the standby did not lead within 4s of the step-down (the term's 6s TTL ran instead)")
+	}
+	stopB()
+	<-bDone
+}
