@@ -12,6 +12,7 @@ import (
 
 	"github.com/leasegen/leasegen/runtime/lease"
 	"github.com/leasegen/leasegen/runtime/leasetest"
+	"github.com/redis/go-redis/v9"
 )
 
 // adv33Migration starts moving the slot of key's lease to another master
@@ -333,4 +334,36 @@ func TestAdversary33_LeaderStepsDownDuringSlotMigration(t *testing.T) {
 	}
 	stopB()
 	<-bDone
+}
+
+// A Sentinel deployment with one of its three sentinels paused (a stopped
+// VM, SIGSTOP: connections open, nothing answers) when the service
+// starts: go-redis asks every sentinel for the primary at once and waits
+// for all of them, the paused one until its DialTimeout (5s by default),
+// before it dials the primary. Until then every call is refused (nothing
+// sent) by its own deadline, never unknown, never late. With a
+// DialTimeout shorter than the calls' budgets (the README's Sentinel
+// recipe) the first call is granted.
+func TestAdversary33_SentinelPausedAtStart(t *testing.T) {
+	sn := leasetest.StartSentinel(t)
+	ctx := context.Background()
+	sn.Sentinels[0].Pause()
+	defer sn.Sentinels[0].Resume()
+	s := lease.Spec{TTL: time.Second, Deadline: time.Second, MinValidity: 100 * time.Millisecond}
+	for _, dial := range []time.Duration{0, 300 * time.Millisecond} {
+		c, _ := newClient(t, sn.FailoverClient(t, func(o *redis.FailoverOptions) { o.DialTimeout = dial }))
+		start := time.Now()
+		err := c.Do(ctx, "adv33-sentinel", s, func(context.Context) error { return nil })
+		took := time.Since(start)
+		t.Logf("DialTimeout %v: first call %v after %v", dial, err, took.Round(time.Millisecond))
+		if took > s.Deadline+100*time.Millisecond {
+			t.Errorf("DialTimeout %v: the first call took %v, its Deadline is %v", dial, took, s.Deadline)
+		}
+		if err != nil && !errors.Is(err, lease.ErrRefused) {
+			t.Errorf("DialTimeout %v: %v (want nil, or ErrRefused: nothing was sent)", dial, err)
+		}
+		if dial > 0 && err != nil {
+			t.Errorf("DialTimeout %v with a paused sentinel: the first call was not granted: %v", dial, err)
+		}
+	}
 }
