@@ -367,3 +367,72 @@ func TestAdversary33_SentinelPausedAtStart(t *testing.T) {
 		}
 	}
 }
+
+// A waiter queued on the old primary when a Sentinel failover happens:
+// its queue entry (replicated) and its Client's subscription move to the
+// new primary, so the holder's release there hands it the key by
+// notification (re-checks are 10s apart), with a larger token.
+func TestAdversary33_SentinelFailoverWithQueuedWaiter(t *testing.T) {
+	sn := leasetest.StartSentinel(t)
+	ctx := context.Background()
+	holder, hrec := newClient(t, sn.FailoverClient(t), lease.WithRecheck(10*time.Second))
+	waiterC, _ := newClient(t, sn.FailoverClient(t), lease.WithRecheck(10*time.Second))
+	key := "adv33-sentinel-queue"
+	release := make(chan struct{})
+	var htok lease.Token
+	held := make(chan struct{})
+	hdone := make(chan error, 1)
+	go func() {
+		hdone <- holder.Do(ctx, key, lease.Spec{TTL: 5 * time.Second, Deadline: 30 * time.Second, Fence: true}, func(ctx context.Context) error {
+			htok, _ = lease.TokenFrom(ctx)
+			close(held)
+			<-release
+			return context.Cause(ctx)
+		})
+	}()
+	select {
+	case <-held:
+	case err := <-hdone:
+		t.Fatal(err)
+	}
+	var wtok lease.Token
+	var enteredAt time.Time
+	wdone := make(chan error, 1)
+	go func() {
+		wdone <- waiterC.Do(ctx, key, lease.Spec{TTL: 2 * time.Second, Deadline: 20 * time.Second, Wait: 15 * time.Second, MinValidity: 200 * time.Millisecond, Fence: true},
+			func(ctx context.Context) error { wtok, _ = lease.TokenFrom(ctx); enteredAt = time.Now(); return nil })
+	}()
+	deadline := time.Now().Add(3 * time.Second)
+	for {
+		info, err := holder.Inspect(ctx, key)
+		if err == nil && info.Queued > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the waiter did not queue: %+v %v", info, err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	time.Sleep(100 * time.Millisecond) // the entry reaches the replicas
+	if _, err := sn.Failover(ctx); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(300 * time.Millisecond) // renewals and the subscription follow
+	releasedAt := time.Now()
+	close(release)
+	if err := <-hdone; err != nil {
+		for _, e := range hrec.Events() {
+			t.Logf("holder %v %v", e.Kind, e.Err)
+		}
+		t.Fatalf("holder across the failover: %v", err)
+	}
+	if err := <-wdone; err != nil {
+		t.Fatalf("the waiter queued before the failover: %v", err)
+	}
+	if lag := enteredAt.Sub(releasedAt); lag > time.Second {
+		t.Errorf("the waiter entered %v after the release (not by notification)", lag)
+	}
+	if wtok <= htok {
+		t.Errorf("the waiter's token %d is not above the holder's %d", wtok, htok)
+	}
+}
