@@ -268,7 +268,7 @@ func TestAdversary33_KeptLeaseAcrossSlotMigration(t *testing.T) {
 // A leader steps down while its term's slot is being migrated (the keys
 // moved, the slot about to be assigned): the standby, campaigning on
 // another Client, takes over from the step-down, not when the term's TTL
-// runs out.
+// runs out, and a WatchLeader on a third Client reports it.
 func TestAdversary33_LeaderStepsDownDuringSlotMigration(t *testing.T) {
 	cl := leasetest.StartCluster(t, 3)
 	a, _ := newClient(t, cl.Client(t))
@@ -331,6 +331,19 @@ func TestAdversary33_LeaderStepsDownDuringSlotMigration(t *testing.T) {
 		}
 	case <-time.After(4 * time.Second):
 		t.Fatal("the standby did not lead within 4s of the step-down (the term's 6s TTL ran instead)")
+	}
+	// A watcher (another Client) hears of the new leader.
+	watcher, _ := newClient(t, cl.Client(t))
+	wctx, stopW := context.WithTimeout(context.Background(), 3*time.Second)
+	defer stopW()
+	var last lease.Leader
+	for l := range watcher.WatchLeader(wctx, key) {
+		if last = l; l.Err == nil && l.Owner == "b" {
+			break
+		}
+	}
+	if last.Owner != "b" {
+		t.Errorf("WatchLeader after the migration: %+v (want owner b)", last)
 	}
 	stopB()
 	<-bDone
