@@ -150,11 +150,13 @@ func (c *Client) releaseWith(ctx context.Context, r *relArgs, k *keys, tombKey, 
 // acquire does within the call's: giving up at once would leave the key
 // held for the rest of its TTL, and a waiter queued for it waiting that
 // long (TestAdversary33_ReleaseDuringSlotMigrationIsRetried).
-func (c *Client) retryRelease(ctx context.Context, r *relArgs, err error) (res int64, _ error) {
-	return res, c.retryRedirected(ctx, c.releaseTimeout, err, func() (err error) {
+func (c *Client) retryRelease(ctx context.Context, r *relArgs, err error) (int64, error) {
+	var res int64
+	err = c.retryRedirected(ctx, c.releaseTimeout, err, func() (err error) {
 		res, err = c.evalArgs(ctx, releaseScript, r.argv[:])
 		return err
 	})
+	return res, err // res read after the retries (not beside the call)
 }
 
 // retryRedirected runs again, after err, a request answered by a slot
