@@ -449,3 +449,60 @@ func TestAdversary33_SentinelFailoverWithQueuedWaiter(t *testing.T) {
 		t.Errorf("the waiter's token %d is not above the holder's %d", wtok, htok)
 	}
 }
+
+// Resharding onto a master just added to the cluster (scale-out), with
+// WithReplicas: while the slot migrates and the lease's keys are already
+// on the new master, the source answers the renewals ASK, and the
+// renewals (sent on each master's own connection, to be followed by WAIT
+// there) must follow it to the new master, which no client's slot map
+// lists yet (a master without slots is in no CLUSTER SLOTS answer). A
+// migration longer than the TTL must not lose the lease
+// (TestAdversary30_ClusterReplicatedRenewalsDuringLongMigration moved it
+// between masters the client knew).
+func TestAdversary33_ReplicatedRenewalsDuringMigrationToNewMaster(t *testing.T) {
+	cl := leasetest.StartClusterReplicas(t, 3, 1)
+	ctx := context.Background()
+	c, rec := newClient(t, cl.Client(t), lease.WithReplicas(1, 100*time.Millisecond))
+	// The client knows the cluster before it grows.
+	if err := c.Do(ctx, "adv33-warm", lease.Spec{TTL: time.Second, Deadline: 2 * time.Second}, func(context.Context) error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	actx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	added, err := cl.AddMaster(actx, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := "adv33-newmaster"
+	slot := leasetest.Slot(lockKey(key))
+	const ttl = 600 * time.Millisecond
+	err = c.Do(ctx, key, lease.Spec{TTL: ttl, Deadline: 10 * time.Second}, func(ctx context.Context) error {
+		m, err := cl.BeginMigration(ctx, slot, added)
+		if err != nil {
+			return err
+		}
+		if _, err := m.MoveKeys(ctx, 0); err != nil {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(3 * ttl):
+		}
+		if err := m.Finish(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		return context.Cause(ctx)
+	})
+	if err != nil {
+		for _, e := range rec.Events() {
+			if e.Kind == lease.EventRenewFailed {
+				t.Logf("%v", e.Err)
+				break
+			}
+		}
+		t.Fatalf("the held lease across a migration of 3 TTLs onto a new master: %v", err)
+	}
+	if owner, _ := cl.MasterForSlot(ctx, slot); owner != added {
+		t.Fatalf("slot %d not on the new master", slot)
+	}
+}
