@@ -52,6 +52,12 @@ type Client struct {
 	// of their own (a waiter asked, the keep ran out, a loss): Close waits
 	// for them to be sent, as for the kept leases it releases itself.
 	keptReleases sync.WaitGroup
+
+	// askNodes are connections of the Client's own to Cluster masters
+	// that an ASK redirect named but the client's slot map does not list
+	// (see askTarget), by address; closed by Close.
+	askMu    sync.Mutex
+	askNodes map[string]*redis.Client
 }
 
 // Option configures a Client.
@@ -261,6 +267,12 @@ func (c *Client) Close() error {
 	}
 	c.hub.close()
 	c.releaseAllKept()
+	c.askMu.Lock()
+	for addr, n := range c.askNodes {
+		_ = n.Close()
+		delete(c.askNodes, addr)
+	}
+	c.askMu.Unlock()
 	return nil
 }
 
@@ -295,7 +307,72 @@ func (c *Client) askTarget(ctx context.Context, err error) *redis.Client {
 		}
 		return nil
 	})
+	if target == nil {
+		target = c.askNode(cc, f[2])
+	}
 	return target
+}
+
+// askNode returns a client of the Client's own for the Cluster master at
+// addr, which an ASK named but the slot map does not list: a master just
+// added to the cluster that a migration is moving slots onto (a master
+// without slots is in no CLUSTER SLOTS answer, so go-redis's map of
+// masters lacks it, and the node go-redis makes to follow an ASK itself
+// is closed at its next reload of the map). WithReplicas sends renewals
+// and WAIT there on one connection, so it needs a client for that node
+// (TestAdversary33_ReplicatedRenewalsDuringMigrationToNewMaster). It is
+// made from the Cluster client's options (through its NewClient when
+// set), as go-redis makes its node clients; hooks added to the Cluster
+// client, or to its nodes by OnNewNode, do not run on it.
+func (c *Client) askNode(cc *redis.ClusterClient, addr string) *redis.Client {
+	c.askMu.Lock()
+	defer c.askMu.Unlock()
+	if c.closed.Load() {
+		return nil
+	}
+	if n := c.askNodes[addr]; n != nil {
+		return n
+	}
+	o := cc.Options()
+	opt := &redis.Options{
+		Addr:                         addr,
+		ClientName:                   o.ClientName,
+		Dialer:                       o.Dialer,
+		OnConnect:                    o.OnConnect,
+		Protocol:                     o.Protocol,
+		Username:                     o.Username,
+		Password:                     o.Password,
+		CredentialsProvider:          o.CredentialsProvider,
+		CredentialsProviderContext:   o.CredentialsProviderContext,
+		StreamingCredentialsProvider: o.StreamingCredentialsProvider,
+		MaxRetries:                   o.MaxRetries,
+		MinRetryBackoff:              o.MinRetryBackoff,
+		MaxRetryBackoff:              o.MaxRetryBackoff,
+		DialTimeout:                  o.DialTimeout,
+		ReadTimeout:                  o.ReadTimeout,
+		WriteTimeout:                 o.WriteTimeout,
+		ContextTimeoutEnabled:        o.ContextTimeoutEnabled,
+		PoolFIFO:                     o.PoolFIFO,
+		PoolSize:                     o.PoolSize,
+		PoolTimeout:                  o.PoolTimeout,
+		ConnMaxIdleTime:              o.ConnMaxIdleTime,
+		ConnMaxLifetime:              o.ConnMaxLifetime,
+		TLSConfig:                    o.TLSConfig,
+		DisableIdentity:              o.DisableIdentity,
+		IdentitySuffix:               o.IdentitySuffix,
+		UnstableResp3:                o.UnstableResp3,
+	}
+	var n *redis.Client
+	if o.NewClient != nil {
+		n = o.NewClient(opt)
+	} else {
+		n = redis.NewClient(opt)
+	}
+	if c.askNodes == nil {
+		c.askNodes = map[string]*redis.Client{}
+	}
+	c.askNodes[addr] = n
+	return n
 }
 
 // pipeliner returns a pipeline that runs on one connection to the node that

@@ -75,13 +75,19 @@ type Waiter struct {
 // Free reports whether nobody holds the lease.
 func (i Info) Free() bool { return i.Holder == "" }
 
+// inspectPatience is how long Inspect and List read again a lease whose
+// slot is being migrated (TRYAGAIN) when their context has no deadline.
+const inspectPatience = 2 * time.Second
+
 // maxWaiters bounds how many queue entries Inspect reads.
 const maxWaiters = 100
 
 // Inspect reads the state of the lease on key: who holds it (the grant's
 // identity), its fencing token, how long it has left, whether a hold-min
 // is running out, and who waits for it. It writes nothing. A free key
-// gives an Info with an empty Holder and a nil error.
+// gives an Info with an empty Holder and a nil error. On a Cluster, a
+// slot migration's TRYAGAIN (the lease's keys split between two masters)
+// is read again while ctx lasts (2s when it has no deadline).
 func (c *Client) Inspect(ctx context.Context, key string) (Info, error) {
 	if key == "" {
 		return Info{}, fmt.Errorf("%w: empty key", ErrBadKey)
@@ -93,8 +99,16 @@ func (c *Client) Inspect(ctx context.Context, key string) (Info, error) {
 		return Info{}, err
 	}
 	k := redisKeys(c.prefix, key)
-	reply, err := inspectScript.Run(ctx, c.rdb, []string{k.lock, k.fence, k.queue, k.qexp}, maxWaiters).Slice()
-	if err != nil {
+	var reply []any
+	read := func() (err error) {
+		reply, err = inspectScript.Run(ctx, c.rdb, []string{k.lock, k.fence, k.queue, k.qexp}, maxWaiters).Slice()
+		return err
+	}
+	// A slot migration answers TRYAGAIN while only some of the keys are on
+	// either master (an unfenced lease has no counter: always): not run,
+	// read again while ctx lasts
+	// (TestAdversary33_InspectDuringSlotMigrationIsRetried).
+	if err := c.retryRedirected(ctx, inspectPatience, read(), read); err != nil {
 		return Info{}, fmt.Errorf("lease: inspect key %q: %w", key, err)
 	}
 	return parseInfo(key, reply)
@@ -215,8 +229,13 @@ func (c *Client) List(ctx context.Context, pattern, cursor string) (page []Info,
 				user = append(user, k)
 			}
 		}
-		infos, err := c.inspectMany(ctx, user)
-		if err != nil {
+		var infos []Info
+		inspect := func() (err error) {
+			infos, err = c.inspectMany(ctx, user)
+			return err
+		}
+		// As Inspect: again after a slot migration's TRYAGAIN.
+		if err := c.retryRedirected(ctx, inspectPatience, inspect(), inspect); err != nil {
 			return page, c.cursor(nodes, node, pos), err
 		}
 		for _, info := range infos {
@@ -520,8 +539,14 @@ func (c *Client) ForceRelease(ctx context.Context, key, identity string) (ForceR
 
 // endHold ends identity's hold-min on key early (endhold.lua).
 func (c *Client) endHold(ctx context.Context, k keys, key, identity string, fail func(error) (ForceResult, error)) (ForceResult, error) {
-	res, err := endholdScript.Run(ctx, c.rdb, []string{k.lock, k.channel, k.tomb + identity, k.queue}, identity, "PUBLISH", ms(c.tombTTL())).Int64()
-	if err != nil {
+	var res int64
+	end := func() (err error) {
+		res, err = endholdScript.Run(ctx, c.rdb, []string{k.lock, k.channel, k.tomb + identity, k.queue}, identity, "PUBLISH", ms(c.tombTTL())).Int64()
+		return err
+	}
+	// A slot migration answers TRYAGAIN (the channel and tombstone never
+	// exist): not run, sent again while ctx lasts, as a release is.
+	if err := c.retryRedirected(ctx, c.releaseTimeout, end(), end); err != nil {
 		return fail(err)
 	}
 	if res == 11 { // ended, but its message was refused

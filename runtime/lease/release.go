@@ -121,6 +121,9 @@ func (c *Client) releaseWith(ctx context.Context, r *relArgs, k *keys, tombKey, 
 		sarg(&k.lock), sarg(&k.channel), sarg(tombKey), sarg(&k.fence), sarg(&k.queue), sarg(&k.qexp),
 		sarg(id), &r.hold, "PUBLISH", c.tombTTLArg, c.counterTTLArg, memberArg, tombArg}
 	res, err := c.evalArgs(ctx, releaseScript, r.argv[:])
+	if err != nil && classify(err) == outRedirect {
+		res, err = c.retryRelease(ctx, r, err)
+	}
 	if err != nil && notSent(err) && r.hold.writes.Load() > 0 {
 		// No connection for go-redis's re-send after a lost reply (a
 		// dial error, a pool timeout): the release had been written
@@ -135,6 +138,45 @@ func (c *Client) releaseWith(ctx context.Context, r *relArgs, k *keys, tombKey, 
 		c.publishRefused(k)
 	}
 	return res, err
+}
+
+// retryRelease sends a release again after a slot redirect (TRYAGAIN
+// while a Cluster slot migrates: a script over several of the lease's
+// keys, such as the release's, which names its channel and tombstone,
+// runs on neither master until the migration ends; or CLUSTERDOWN, or
+// MOVED/ASK that go-redis did not follow). Such an answer means the script
+// was not run, so it is sent again for as long as the release's budget
+// lasts (ctx's deadline, or the release timeout when it has none), as the
+// acquire does within the call's: giving up at once would leave the key
+// held for the rest of its TTL, and a waiter queued for it waiting that
+// long (TestAdversary33_ReleaseDuringSlotMigrationIsRetried).
+func (c *Client) retryRelease(ctx context.Context, r *relArgs, err error) (int64, error) {
+	var res int64
+	err = c.retryRedirected(ctx, c.releaseTimeout, err, func() (err error) {
+		res, err = c.evalArgs(ctx, releaseScript, r.argv[:])
+		return err
+	})
+	return res, err // res read after the retries (not beside the call)
+}
+
+// retryRedirected runs again, after err, a request answered by a slot
+// redirect (see classify: not executed), with the slot map reloaded and a
+// short pause in between, until it gets another answer or ctx ends (when
+// ctx has no deadline, patience after now). It returns the last error.
+func (c *Client) retryRedirected(ctx context.Context, patience time.Duration, err error, again func() error) error {
+	end, ok := ctx.Deadline()
+	if !ok {
+		end = time.Now().Add(patience)
+	}
+	for try := 1; err != nil && classify(err) == outRedirect; try++ {
+		c.reloadTopology()
+		pause := min(time.Duration(try)*5*time.Millisecond, 25*time.Millisecond)
+		if !time.Now().Add(pause).Before(end) || !sleepCtx(ctx, pause) {
+			break
+		}
+		err = again()
+	}
+	return err
 }
 
 // publishRefused reports a release whose messages the server refused (the

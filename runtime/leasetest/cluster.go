@@ -32,6 +32,7 @@ type Cluster struct {
 	// ask MasterForSlot and ReplicasOf for the current ones.
 	Nodes []*Server
 	ids   map[*Server]string // cluster node IDs, kept across Restart in nodes.conf
+	args  []string           // every node's redis-server arguments (see AddMaster)
 }
 
 // StartCluster starts a cluster of masters (at least 3) without replicas
@@ -75,6 +76,7 @@ func NewCluster(masters, replicas int, adjust ...func(*ClusterOptions)) (*Cluste
 	}
 	c := &Cluster{ids: map[*Server]string{}}
 	args := append([]string{"--cluster-enabled", "yes", "--cluster-node-timeout", strconv.FormatInt(o.NodeTimeout.Milliseconds(), 10)}, o.Args...)
+	c.args = args
 	for range masters * (1 + replicas) {
 		s, err := Start(args...)
 		if err != nil {
