@@ -1,0 +1,69 @@
+package lease_test
+
+// Adversarial tests, round 33 (adv33): contention between separate OS
+// processes and separate Clients, with faults (SIGKILL, SIGSTOP, cut
+// subscriptions, lost replies). Worker processes are this test binary
+// started again, as in adversary12_test.go (adv12Run).
+// Run: go test -count=1 -run 'TestAdversary33_' ./runtime/lease
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/leasegen/leasegen/runtime/leasetest"
+)
+
+// A worker process with 40 goroutines waiting for a key is killed
+// (SIGKILL: a service instance crashing with 40 requests queued), and
+// their queue entries outlive their expiry at the queue's head (nothing
+// takes them out but a release or their own calls). A waiter of another
+// process queued behind them is alive. When the holder releases, the
+// release must hand the key to that live waiter (the README: "a release
+// hands the key to the first live waiter in the same script") — the
+// release script looks at no more than 32 heads, finds them all dead and
+// deletes the key instead, telling nobody: the live waiter (re-check 3s
+// here) learns of the free key only at its next re-check, and meanwhile
+// any newcomer may take it.
+func TestAdversary33_MoreThan32DeadWaitersAtHead(t *testing.T) {
+	srv := leasetest.StartRedis(t)
+	holder, _ := newClient(t, srv.Client(t))
+	op, _ := newClient(t, srv.Client(t))
+	key := "adv33-dead40"
+	r := newAdv12Run(t, srv, key)
+	release := make(chan struct{})
+	held := hold(t, holder, key, spec(20*time.Second, 30*time.Second), release)
+	var many []string
+	for range 40 {
+		many = append(many, "ttl=20s,wait=15s,deadline=20s,count=1")
+	}
+	dead := r.start("dead", "", 0, false, many...)
+	adv2WaitQueued(t, op, key, 40)
+	r.start("live", "", 3*time.Second, false, "ttl=20s,wait=15s,deadline=20s,fence=1,count=1")
+	adv2WaitQueued(t, op, key, 41)
+	members := adv12Members(t, srv.Client(t), key)
+	liveID, _, _ := strings.Cut(members[len(members)-1], "|")
+	dead.kill()
+	// The dead waiters' entries expire 2 re-checks + 100ms (1.1s) after
+	// their last acquire; the live waiter (re-check 3s) keeps its own.
+	time.Sleep(1500 * time.Millisecond)
+	if n := len(adv2Waiters(t, op, key)); n != 1 {
+		t.Fatalf("%d live waiters after the kill, want 1", n)
+	}
+	released := time.Now()
+	close(release)
+	if err := <-held; err != nil {
+		t.Fatalf("holder: %v", err)
+	}
+	h := adv2Holder(t, op, key)
+	line := r.waitEvent("ENTER live", "", 6*time.Second)
+	lag := nsTime(strings.Fields(line)[6]).Sub(released)
+	t.Logf("after the release the key was held by %q (live waiter %q); it entered %v after the release", h, liveID, lag.Round(time.Millisecond))
+	if h != liveID {
+		t.Errorf("the release did not hand the key to the live waiter behind 40 dead entries: holder %q", h)
+	}
+	if lag > 300*time.Millisecond {
+		t.Errorf("the live waiter entered %v after the release (its re-check is 3s): it was not told", lag.Round(time.Millisecond))
+	}
+	r.waitEvent("DONE live", "", 5*time.Second)
+}
