@@ -7,10 +7,13 @@ package lease_test
 // Run: go test -count=1 -run 'TestAdversary33_' ./runtime/lease
 
 import (
+	"context"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
+	"github.com/leasegen/leasegen/runtime/lease"
 	"github.com/leasegen/leasegen/runtime/leasetest"
 )
 
@@ -66,4 +69,70 @@ func TestAdversary33_MoreThan32DeadWaitersAtHead(t *testing.T) {
 		t.Errorf("the live waiter entered %v after the release (its re-check is 3s): it was not told", lag.Round(time.Millisecond))
 	}
 	r.waitEvent("DONE live", "", 5*time.Second)
+}
+
+// A waiter process is paused (SIGSTOP) while queued, first in line, and
+// the holder releases: its subscription is still connected, so the
+// release hands it the key for its full TTL (1s), and a second waiter
+// process gets the key only when that runs out (a paused waiter blocks
+// the key as a paused holder does: a limit, measured here). The paused
+// waiter is resumed while the second one works (1.5s): it must not enter
+// on the handover's message, read late (its validity, counted from its
+// last busy acquire, is over), but wait its turn; no overlap, tokens
+// increase.
+func TestAdversary33_PausedWaiterHandedTheKey(t *testing.T) {
+	srv := leasetest.StartRedis(t)
+	holder, _ := newClient(t, srv.Client(t))
+	op, _ := newClient(t, srv.Client(t))
+	key := "adv33-paused"
+	r := newAdv12Run(t, srv, key)
+	release := make(chan struct{})
+	held := hold(t, holder, key, lease.Spec{TTL: 20 * time.Second, Deadline: 30 * time.Second, Fence: true}, release)
+	w := r.start("w", "", 0, false, "ttl=1s,wait=8s,deadline=10s,fence=1,count=1,hold=10ms")
+	adv2WaitQueued(t, op, key, 1)
+	r.start("x", "", 0, false, "ttl=1s,wait=8s,deadline=10s,fence=1,count=1,hold=1500ms")
+	adv2WaitQueued(t, op, key, 2)
+	time.Sleep(100 * time.Millisecond)
+	members := adv12Members(t, srv.Client(t), key)
+	wID, _, _ := strings.Cut(members[0], "|")
+	_ = w.cmd.Process.Signal(syscall.SIGSTOP)
+	stopped := time.Now()
+	released := time.Now()
+	close(release)
+	if err := <-held; err != nil {
+		t.Fatalf("holder: %v", err)
+	}
+	info, err := op.Inspect(context.Background(), key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	xEnter := nsTime(strings.Fields(r.waitEvent("ENTER x", "", 5*time.Second))[6])
+	time.Sleep(time.Until(released.Add(1200 * time.Millisecond)))
+	_ = w.cmd.Process.Signal(syscall.SIGCONT)
+	w.mu.Lock()
+	w.stopped = append(w.stopped, [2]time.Time{stopped, time.Now()})
+	w.mu.Unlock()
+	r.waitEvent("DONE x", "", 5*time.Second)
+	r.waitEvent("DONE w", "", 8*time.Second)
+	v := r.check(func(*adv12Call) time.Duration { return 10 * time.Second }, 300*time.Millisecond, false)
+	var wc, xc *adv12Call
+	for _, c := range v.all {
+		switch c.proc {
+		case "w":
+			wc = c
+		case "x":
+			xc = c
+		}
+	}
+	t.Logf("release handed the key to %q (paused waiter %q) for %v; the next waiter entered %v after the release; w: %v: %s",
+		info.Holder, wID, info.TTL.Round(time.Millisecond), xEnter.Sub(released).Round(time.Millisecond), wc, wc.msg)
+	if v.overlaps+v.disorder+v.bad > 0 {
+		t.Errorf("safety: %d overlaps, %d tokens out of order, %d grants not the key's", v.overlaps, v.disorder, v.bad)
+	}
+	if !wc.enter.IsZero() && wc.enter.Before(xc.exit) {
+		t.Errorf("the resumed waiter entered at %v, before the next holder's fn exited at %v", wc.enter, xc.exit)
+	}
+	if lag := xEnter.Sub(released); lag > time.Second+400*time.Millisecond {
+		t.Errorf("the next waiter entered %v after the release: longer than the paused waiter's TTL (1s) + 400ms", lag.Round(time.Millisecond))
+	}
 }
