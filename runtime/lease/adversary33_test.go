@@ -8,6 +8,7 @@ package lease_test
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"syscall"
 	"testing"
@@ -134,5 +135,86 @@ func TestAdversary33_PausedWaiterHandedTheKey(t *testing.T) {
 	}
 	if lag := xEnter.Sub(released); lag > time.Second+400*time.Millisecond {
 		t.Errorf("the next waiter entered %v after the release: longer than the paused waiter's TTL (1s) + 400ms", lag.Round(time.Millisecond))
+	}
+}
+
+// Fairness across processes: three worker processes with 12 goroutines
+// each call one key back to back (fn 3ms, fenced and not, Wait 1.5s).
+// One round of all 36 waiters takes about 36 × (3ms + a handover), well
+// under Wait, so with the queue in arrival order no call may fail busy,
+// and no process may be starved.
+func TestAdversary33_ManyWaitersNoBusyAcrossProcesses(t *testing.T) {
+	srv := leasetest.StartRedis(t)
+	r := newAdv12Run(t, srv, "adv33-fair")
+	for _, name := range []string{"a", "b", "c"} {
+		var g []string
+		for i := range 12 {
+			g = append(g, fmt.Sprintf("ttl=2s,wait=1500ms,deadline=3s,hold=3ms,fence=%d", i%2))
+		}
+		r.start(name, "", 0, false, g...)
+	}
+	time.Sleep(5 * time.Second)
+	r.stopAll()
+	v := r.check(func(*adv12Call) time.Duration { return 3 * time.Second }, 300*time.Millisecond, false)
+	var waits []time.Duration
+	for _, c := range v.calls {
+		waits = append(waits, c.enter.Sub(c.start))
+	}
+	p50, p99, mx, what := v.gapStats()
+	t.Logf("%d entries (%v); outcomes %v; waits p50 %v p99 %v max %v; gaps p50 %v p99 %v max %v (%s)", len(v.calls), v.enteredByProc, v.classes,
+		percentile(waits, 50).Round(time.Millisecond), percentile(waits, 99).Round(time.Millisecond), percentile(waits, 100).Round(time.Millisecond),
+		p50.Round(time.Microsecond), p99.Round(time.Microsecond), mx.Round(time.Millisecond), what)
+	if v.overlaps+v.disorder+v.bad > 0 {
+		t.Errorf("safety: %d overlaps, %d tokens out of order, %d grants not the key's", v.overlaps, v.disorder, v.bad)
+	}
+	if v.classes["busy"] > 0 || v.late+v.odd+v.lostUnpaused > 0 {
+		t.Errorf("%d busy, %d late, %d odd, %d lost: a waiter with Wait long enough failed", v.classes["busy"], v.late, v.odd, v.lostUnpaused)
+	}
+}
+
+// Three worker processes (4 goroutines each, fenced and not) contend on
+// one key with Wait 3s while every subscription on the server is killed
+// (CLIENT KILL TYPE pubsub) every 150ms for 5s: releases then hand the
+// key over as short claims or to waiters whose message is lost, and
+// waiters fall back to re-checks and reconnect. Checked: no overlap, no
+// token disorder, no busy (a missed notification costs at most a re-check,
+// far less than Wait), and no handover slower than a claim (re-check +
+// 100ms) plus slack.
+func TestAdversary33_PubSubKillStormWhileQueued(t *testing.T) {
+	srv := leasetest.StartRedis(t)
+	admin := srv.Client(t)
+	r := newAdv12Run(t, srv, "adv33-pskill")
+	for _, name := range []string{"a", "b", "c"} {
+		var g []string
+		for i := range 4 {
+			g = append(g, fmt.Sprintf("ttl=1s,wait=3s,deadline=4s,hold=5ms,fence=%d", i%2))
+		}
+		r.start(name, "", 0, false, g...)
+	}
+	time.Sleep(800 * time.Millisecond)
+	end := time.Now().Add(5 * time.Second)
+	kills := 0
+	for time.Now().Before(end) {
+		if n, err := admin.ClientKillByFilter(context.Background(), "TYPE", "pubsub").Result(); err == nil {
+			kills += int(n)
+		}
+		time.Sleep(150 * time.Millisecond)
+	}
+	r.stopAll()
+	v := r.check(func(*adv12Call) time.Duration { return 4 * time.Second }, 300*time.Millisecond, false)
+	p50, p99, mx, what := v.gapStats()
+	t.Logf("%d subscriptions killed; %d entries (%v); outcomes %v; gaps p50 %v p99 %v max %v (%s)", kills, len(v.calls), v.enteredByProc, v.classes,
+		p50.Round(time.Microsecond), p99.Round(time.Millisecond), mx.Round(time.Millisecond), what)
+	if kills < 20 {
+		t.Errorf("only %d subscriptions killed", kills)
+	}
+	if v.overlaps+v.disorder+v.bad > 0 {
+		t.Errorf("safety: %d overlaps, %d tokens out of order, %d grants not the key's", v.overlaps, v.disorder, v.bad)
+	}
+	if v.classes["busy"] > 0 || v.late+v.odd+v.lostUnpaused > 0 {
+		t.Errorf("%d busy, %d late, %d odd, %d lost", v.classes["busy"], v.late, v.odd, v.lostUnpaused)
+	}
+	if mx > 600*time.Millisecond+300*time.Millisecond {
+		t.Errorf("a handover took %v, beyond a claim (600ms) + 300ms (%s)", mx.Round(time.Millisecond), what)
 	}
 }
