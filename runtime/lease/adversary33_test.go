@@ -8,11 +8,15 @@ package lease_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/leasegen/leasegen/runtime/lease"
 	"github.com/leasegen/leasegen/runtime/leasetest"
@@ -216,5 +220,88 @@ func TestAdversary33_PubSubKillStormWhileQueued(t *testing.T) {
 	}
 	if mx > 600*time.Millisecond+300*time.Millisecond {
 		t.Errorf("a handover took %v, beyond a claim (600ms) + 300ms (%s)", mx.Round(time.Millisecond), what)
+	}
+}
+
+// Close of a Client (Q) at the moment a release in another Client hands
+// one of Q's waiters the key: Q's subscription is connected, so the
+// release sets the key for the waiter's full TTL (20s). Close ends the
+// waiter with ErrClosed, and the service, with no call of Q in its
+// function, closes Q's go-redis client right away, as Close's doc allows
+// ("close the go-redis client only after [calls running their function]
+// have"). The waiter's giving up (the release of its place, which passes
+// a handover on) then finds the go-redis client closed, and the Client,
+// closed, does not release the handover on its behalf either: the key
+// stays held for the waiter's full TTL by a call that returned ErrClosed,
+// while a waiter of a third Client waits. Wanted: that waiter enters
+// within a second.
+func TestAdversary33_CloseAtHandoverThenRedisClose(t *testing.T) {
+	srv := leasetest.StartRedis(t)
+	hc, _ := adv23Client(t, srv.Addr())
+	xc, _ := adv23Client(t, srv.Addr())
+	warm(t, hc, "warm")
+	warm(t, xc, "warm")
+	ctx := context.Background()
+	closedRounds := 0
+	for round := 0; round < 6; round++ {
+		key := fmt.Sprint("adv33-cah-", round)
+		rdbQ := redis.NewClient(&redis.Options{Addr: srv.Addr(), ContextTimeoutEnabled: true})
+		qc, err := lease.New(rdbQ)
+		if err != nil {
+			t.Fatal(err)
+		}
+		warm(t, qc, "warm")
+		release := make(chan struct{})
+		held := hold(t, hc, key, spec(20*time.Second, 30*time.Second), release)
+		var inFn atomic.Int32
+		wdone := make(chan error, 1)
+		go func() {
+			wdone <- qc.Do(ctx, key, lease.Spec{TTL: 20 * time.Second, Deadline: 30 * time.Second, Wait: 15 * time.Second}, func(context.Context) error {
+				inFn.Add(1)
+				defer inFn.Add(-1)
+				time.Sleep(20 * time.Millisecond)
+				return nil
+			})
+		}()
+		adv2WaitQueued(t, xc, key, 1)
+		xin := make(chan time.Time, 1)
+		go func() {
+			_ = xc.Do(ctx, key, lease.Spec{TTL: 2 * time.Second, Deadline: 30 * time.Second, Wait: 25 * time.Second}, func(context.Context) error {
+				xin <- time.Now()
+				return nil
+			})
+		}()
+		adv2WaitQueued(t, xc, key, 2)
+		time.Sleep(50 * time.Millisecond) // both sleep, their inboxes live
+		close(release)
+		if err := <-held; err != nil {
+			t.Fatalf("holder: %v", err)
+		}
+		qc.Close()
+		atOnce := inFn.Load() == 0
+		if atOnce {
+			rdbQ.Close() // no call of Q is in its function
+		}
+		werr := <-wdone
+		if !atOnce {
+			rdbQ.Close()
+		}
+		if errors.Is(werr, lease.ErrClosed) {
+			closedRounds++
+		}
+		from := time.Now()
+		select {
+		case at := <-xin:
+			t.Logf("round %d: Q's waiter: %v; the third Client's waiter entered %v later", round, werr, at.Sub(from).Round(time.Millisecond))
+		case <-time.After(1500 * time.Millisecond):
+			info, _ := xc.Inspect(ctx, key)
+			t.Errorf("round %d: Q's waiter returned %v and Q's go-redis client was closed (no call in its function); 1.5s later the key is still held by %q for %v more, and the third Client's waiter waits",
+				round, werr, info.Holder, info.TTL.Round(time.Second))
+			_, _ = xc.ForceRelease(ctx, key, info.Holder)
+			<-xin
+		}
+	}
+	if closedRounds == 0 {
+		t.Fatal("no round ended Q's waiter with ErrClosed: nothing was tested")
 	}
 }
