@@ -305,3 +305,46 @@ func TestAdversary33_CloseAtHandoverThenRedisClose(t *testing.T) {
 		t.Fatal("no round ended Q's waiter with ErrClosed: nothing was tested")
 	}
 }
+
+// Close must end a Watch (its doc: "When the Client is closed, Watch
+// returns an error wrapping ErrClosed"; Close's: "Lead, Watch and
+// WatchLeader end"). A Watch whose listing (SCAN) waits for a server that
+// stopped answering (a blackholed connection) is not interrupted by its
+// context's cancellation: go-redis bounds a read only by a deadline, and
+// the listing has none, so Close leaves the Watch running until go-redis's
+// ReadTimeout (3s by default; never with ReadTimeout -1, which New
+// accepts).
+func TestAdversary33_CloseEndsWatchWaitingOnSilentServer(t *testing.T) {
+	srv := leasetest.StartRedis(t)
+	for _, rt := range []time.Duration{0, -1} {
+		p := leasetest.StartProxy(t, srv.Addr())
+		rdb := redis.NewClient(&redis.Options{Addr: p.Addr(), ContextTimeoutEnabled: true, ReadTimeout: rt})
+		c, err := lease.New(rdb)
+		if err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan error, 1)
+		go func() { done <- c.Watch(context.Background(), "*", 50*time.Millisecond, func(lease.Change) {}) }()
+		time.Sleep(300 * time.Millisecond)
+		p.Set(leasetest.Blackhole)
+		time.Sleep(200 * time.Millisecond) // a listing now waits for its reply
+		closed := time.Now()
+		c.Close()
+		select {
+		case err := <-done:
+			t.Logf("ReadTimeout %v: Watch returned %v after Close: %v", rt, time.Since(closed).Round(time.Millisecond), err)
+			if !errors.Is(err, lease.ErrClosed) {
+				t.Errorf("ReadTimeout %v: Watch returned %v, want ErrClosed", rt, err)
+			}
+			if d := time.Since(closed); d > time.Second+200*time.Millisecond {
+				t.Errorf("ReadTimeout %v: Watch returned %v after Close", rt, d.Round(time.Millisecond))
+			}
+		case <-time.After(2 * time.Second):
+			t.Errorf("ReadTimeout %v: Watch still running 2s after Close", rt)
+			p.Close() // ends the read
+			<-done
+		}
+		p.Close()
+		rdb.Close()
+	}
+}
