@@ -245,7 +245,13 @@ func TestAdversary33_CloseAtHandoverThenRedisClose(t *testing.T) {
 	closedRounds := 0
 	for round := 0; round < 6; round++ {
 		key := fmt.Sprint("adv33-cah-", round)
-		rdbQ := redis.NewClient(&redis.Options{Addr: srv.Addr(), ContextTimeoutEnabled: true})
+		// Q's traffic goes through a proxy that drops its subscription's
+		// traffic just before the release (the server still counts the
+		// subscriber, and sets the key for the waiter's full TTL): the
+		// waiter does not hear of the handover before Close, as when
+		// Close comes first.
+		p := adv12StartProxy(t, srv.Addr())
+		rdbQ := redis.NewClient(&redis.Options{Addr: p.Addr(), ContextTimeoutEnabled: true})
 		qc, err := lease.New(rdbQ)
 		if err != nil {
 			t.Fatal(err)
@@ -273,6 +279,7 @@ func TestAdversary33_CloseAtHandoverThenRedisClose(t *testing.T) {
 		}()
 		adv2WaitQueued(t, xc, key, 2)
 		time.Sleep(50 * time.Millisecond) // both sleep, their inboxes live
+		p.setDrop(true, true)
 		close(release)
 		if err := <-held; err != nil {
 			t.Fatalf("holder: %v", err)
