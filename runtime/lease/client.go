@@ -229,7 +229,7 @@ func errNoDeadlines(client, options string) error {
 // (each bounded by the release timeout); the queue places of the waiting
 // calls it ends (with a lease a release handed one of them meanwhile,
 // which passes to the next waiter) are given up by releases sent before
-// Close returns (50ms at most), not left to those calls. Calls already running their
+// Close returns (within the release timeout), not left to those calls. Calls already running their
 // function keep their leases (renewed) until they return and release them,
 // so close the go-redis client only after they have. Close waits for
 // nothing else and may be called from an Observer.
@@ -249,8 +249,7 @@ func (c *Client) Close() error {
 		x.r, x.done = new(relArgs), make(chan struct{})
 		go func() {
 			defer close(x.done)
-			// Bounded as the waiter's own giving up is (call.giveUp).
-			ctx, cancel := context.WithTimeout(context.Background(), min(c.releaseTimeout, 50*time.Millisecond))
+			ctx, cancel := context.WithTimeout(context.Background(), c.releaseTimeout)
 			defer cancel()
 			tomb := w.k.tomb + w.id
 			_, _ = c.releaseWith(ctx, x.r, w.k, &tomb, &w.id, &w.member, 0, "1")
@@ -260,8 +259,8 @@ func (c *Client) Close() error {
 	// Close returns once each of those releases was answered, or written
 	// to a connection (the server carries it out even if the go-redis
 	// client is closed next; a silent server does not hold Close up for
-	// the reply), 50ms at most.
-	until := time.Now().Add(50 * time.Millisecond)
+	// the reply), within the release timeout.
+	until := time.Now().Add(c.releaseTimeout)
 	for i := range sent {
 		x := &sent[i]
 		for x.r.hold.writes.Load() == 0 && time.Now().Before(until) {
