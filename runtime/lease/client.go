@@ -257,7 +257,10 @@ func errNoDeadlines(client, options string) error {
 // lease return ErrClosed at once, and the shared subscription is closed.
 // Kept leases (Spec.Keep) not in use, and those whose release is already
 // under way, are released before Close returns
-// (each bounded by the release timeout). Calls already running their
+// (each bounded by the release timeout); the queue places of the waiting
+// calls it ends (with a lease a release handed one of them meanwhile,
+// which passes to the next waiter) are given up by releases sent before
+// Close returns (within the release timeout), not left to those calls. Calls already running their
 // function keep their leases (renewed) until they return and release them,
 // so close the go-redis client only after they have. Close waits for
 // nothing else and may be called from an Observer.
@@ -265,8 +268,41 @@ func (c *Client) Close() error {
 	if c == nil || !c.closed.CompareAndSwap(false, true) {
 		return nil
 	}
-	c.hub.close()
+	abandoned := c.hub.close()
+	sent := make([]abandonedRelease, len(abandoned))
+	for i, w := range abandoned {
+		// The place of a waiter that Close ended (and a lease a release
+		// may have handed it meanwhile) is given up now, not by the
+		// waiter's own call after Close returned: the service may close
+		// its go-redis client right after Close, and the handover would
+		// then hold the key for the waiter's full TTL.
+		x := &sent[i]
+		x.r, x.done = new(relArgs), make(chan struct{})
+		go func() {
+			defer close(x.done)
+			ctx, cancel := context.WithTimeout(context.Background(), c.releaseTimeout)
+			defer cancel()
+			tomb := w.k.tomb + w.id
+			_, _ = c.releaseWith(ctx, x.r, w.k, &tomb, &w.id, &w.member, 0, "1")
+		}()
+	}
 	c.releaseAllKept()
+	// Close returns once each of those releases was answered, or written
+	// to a connection (the server carries it out even if the go-redis
+	// client is closed next; a silent server does not hold Close up for
+	// the reply), within the release timeout.
+	until := time.Now().Add(c.releaseTimeout)
+	for i := range sent {
+		x := &sent[i]
+		for x.r.hold.writes.Load() == 0 && time.Now().Before(until) {
+			select {
+			case <-x.done:
+			case <-time.After(100 * time.Microsecond):
+				continue
+			}
+			break
+		}
+	}
 	c.askMu.Lock()
 	for addr, n := range c.askNodes {
 		_ = n.Close()
@@ -274,6 +310,12 @@ func (c *Client) Close() error {
 	}
 	c.askMu.Unlock()
 	return nil
+}
+
+// abandonedRelease is Close's release of an abandoned waiter's place.
+type abandonedRelease struct {
+	r    *relArgs
+	done chan struct{}
 }
 
 // Redis returns the client given to New. Tests and adapters use it to

@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -167,7 +168,19 @@ type waiter struct {
 	all     bool          // a listener (WatchLeader): woken by every message on the channel
 	note    string        // the last message naming it (h.mu; see notice)
 	k       *keys         // its call's keys, to release a grant it left behind (see leave)
+	member  string        // its call's queue entry (see close)
+	state   atomic.Int32  // waiterActive, waiterAsleep or waiterAbandoned (see call.sleep)
 }
+
+// A waiter's state: Close gives up the place of a waiter that is asleep
+// (no request of its call in flight) on its behalf, and the waiter, when
+// it wakes, finds it was abandoned and returns ErrClosed without sending
+// anything more.
+const (
+	waiterActive int32 = iota
+	waiterAsleep
+	waiterAbandoned
+)
 
 // inboxMessage splits a message on a Client's inbox: the length of the
 // key's channel, ":", the channel, then the message about the key (see
@@ -218,8 +231,8 @@ func newWaitHub(c *Client) *waitHub {
 // missed since (the subscription was not live then, or a message named
 // this waiter before it registered), the waiter is woken at once to look
 // again, or when the subscription is confirmed.
-func (h *waitHub) join(k *keys, id string, sent time.Time) *waiter {
-	return h.add(&waiter{channel: k.channel, id: id, k: k, wake: make(chan struct{}, 1)}, sent)
+func (h *waitHub) join(k *keys, id, member string, sent time.Time) *waiter {
+	return h.add(&waiter{channel: k.channel, id: id, k: k, member: member, wake: make(chan struct{}, 1)}, sent)
 }
 
 // listen registers a listener on channel: a waiter woken by every release
@@ -515,18 +528,29 @@ func (h *waitHub) healthy() {
 
 // close wakes every waiter (they return ErrClosed) and stops the
 // subscription. It does not wait for the hub's goroutines, so that it can
-// be called from anywhere, an Observer included; they exit promptly.
-func (h *waitHub) close() {
+// be called from anywhere, an Observer included; they exit promptly. It
+// returns the waiters it found asleep, now abandoned: their places in the
+// queues are for the caller to give up (Client.Close), since their own
+// calls may find the go-redis client closed by then.
+func (h *waitHub) close() (abandoned []*waiter) {
 	h.mu.Lock()
 	if !h.closed {
 		h.closed = true
 		close(h.closing)
+		for _, cs := range h.chans {
+			for _, w := range cs.waiters {
+				if w.k != nil && w.member != "" && w.state.CompareAndSwap(waiterAsleep, waiterAbandoned) {
+					abandoned = append(abandoned, w)
+				}
+			}
+		}
 	}
 	h.mu.Unlock()
 	select {
 	case h.kick <- struct{}{}:
 	default:
 	}
+	return abandoned
 }
 
 // manage owns the subscription: it subscribes channels that gained

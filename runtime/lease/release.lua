@@ -94,6 +94,27 @@ if hold > 0 then
   return result(2)
 end
 redis.call('SET', KEYS[3], ARGV[7], 'PX', ARGV[4])
+-- Dead entries at the head (a waiter whose process died, or whose giving
+-- up did not reach Redis) are taken out on the way, one at a time as they
+-- come; after 32 in a row (a process with many waiters died at once) the
+-- dead ones ahead of the first live entry go in batches (prune), so that
+-- a release behind many of them still hands the key to that entry
+-- instead of deleting it and telling nobody.
+local function prune(now)
+  for _ = 1, 64 do
+    local ms = redis.call('ZRANGE', KEYS[5], 0, 127)
+    if #ms == 0 then return false end
+    -- HGET, not HMGET: the least-privilege ACL (README) has no +hmget.
+    local n = 0
+    while n < #ms and (tonumber(string.match(redis.call('HGET', KEYS[6], ms[n + 1]) or '', '^(%d+)')) or 0) <= now do n = n + 1 end
+    if n > 0 then
+      redis.call('ZREM', KEYS[5], unpack(ms, 1, n))
+      redis.call('HDEL', KEYS[6], unpack(ms, 1, n))
+    end
+    if n < #ms then return true end
+  end
+  return false
+end
 -- The queue's head is read at once, without asking first whether the
 -- queue exists: a handover calls one command less, and a release with
 -- no queue costs the same (an empty range of a missing key).
@@ -101,8 +122,11 @@ local head = redis.call('ZRANGE', KEYS[5], 0, 0)
 if #head > 0 then
   local t = redis.call('TIME')
   local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-  for i = 1, 32 do
-    if i > 1 then head = redis.call('ZRANGE', KEYS[5], 0, 0) end
+  for i = 1, 128 do
+    if i > 1 then
+      if i % 32 == 1 and not prune(now) then break end
+      head = redis.call('ZRANGE', KEYS[5], 0, 0)
+    end
     if #head == 0 then break end
     local m = head[1]
     -- entry: expiry ms ":" sequence number of the acquire that last

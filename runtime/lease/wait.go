@@ -71,7 +71,7 @@ func (a *call) obtain(ctx context.Context) (*Lease, error) {
 			a.observe(Event{Kind: EventWaiting})
 		}
 		if w == nil {
-			w = hub.join(&a.k, a.id, sent)
+			w = hub.join(&a.k, a.id, a.member, sent)
 		}
 		busyUntil := time.Time{}
 		if pttl >= 0 {
@@ -79,7 +79,9 @@ func (a *call) obtain(ctx context.Context) (*Lease, error) {
 		}
 		switch r := a.sleep(ctx, w, busyUntil, waitUntil); r {
 		case ctxDone, closed:
-			a.giveUp(ctx)
+			if w.state.Load() != waiterAbandoned {
+				a.giveUp(ctx) // else Close gave up its place (see waitHub.close)
+			}
 			return nil, a.waitErr(ctx, r)
 		case wokeUp:
 			if l := a.enterOnNotice(hub.notice(w)); l != nil {
@@ -151,16 +153,25 @@ func (a *call) sleep(ctx context.Context, w *waiter, busyUntil, waitUntil time.T
 	}
 	t := time.NewTimer(time.Until(until))
 	defer t.Stop()
+	w.state.Store(waiterAsleep)
+	var r wakeReason
 	select {
 	case <-w.wake:
-		return wokeUp
+		r = wokeUp
 	case <-t.C:
-		return reason
+		r = reason
 	case <-ctx.Done():
-		return ctxDone
+		r = ctxDone
 	case <-a.c.hub.closing:
+		r = closed
+	}
+	if !w.state.CompareAndSwap(waiterAsleep, waiterActive) {
+		// Close abandoned this waiter while it slept, and gives up its
+		// place (and a lease a release handed it) on its behalf: it must
+		// not enter, nor send anything more.
 		return closed
 	}
+	return r
 }
 
 // busy is the error for a wait that ended without a grant.

@@ -68,7 +68,10 @@ type Change struct {
 // are not used: servers have them off by default, they cost every write,
 // and on a Cluster each node sends only its own.
 //
-// When the Client is closed, Watch returns an error wrapping ErrClosed.
+// When the Client is closed, Watch returns an error wrapping ErrClosed,
+// also while a read waits for a server that stopped answering: each read
+// is bounded by every (at least the release timeout), and one not
+// answered in time ends the watch with its error, as any failed read does.
 func (c *Client) Watch(ctx context.Context, pattern string, every time.Duration, fn func(Change)) error {
 	if every <= 0 {
 		return fmt.Errorf("lease: Watch: interval %v, need > 0", every)
@@ -105,7 +108,7 @@ func (c *Client) Watch(ctx context.Context, pattern string, every time.Duration,
 	}
 	defer ps.Close()
 	msgs := ps.Channel()
-	w := &changeWatch{c: c, fn: fn, seen: map[string]seenLease{}, notes: map[string]string{}}
+	w := &changeWatch{c: c, fn: fn, every: every, seen: map[string]seenLease{}, notes: map[string]string{}}
 	if err := w.scan(ctx, pattern, true); err != nil {
 		if ctx.Err() != nil {
 			return ended()
@@ -135,7 +138,9 @@ func (c *Client) Watch(ctx context.Context, pattern string, every time.Duration,
 			}
 			w.notes[key] = m.Payload
 			read := time.Now()
-			info, err := c.Inspect(ctx, key)
+			rctx, cancel := w.readCtx(ctx)
+			info, err := c.Inspect(rctx, key)
+			cancel()
 			if err != nil {
 				if ctx.Err() != nil {
 					return ended()
@@ -145,6 +150,17 @@ func (c *Client) Watch(ctx context.Context, pattern string, every time.Duration,
 			w.update(ctx, info, read)
 		}
 	}
+}
+
+// readCtx bounds a read of the watch (a listing page, an Inspect, a
+// tombstone's GET) by its interval, at least the release timeout.
+// go-redis interrupts a read only at a deadline, not when its context is
+// cancelled: without one, Close (which cancels the watch's context) would
+// not end a Watch waiting for a server that stopped answering until
+// go-redis's ReadTimeout, or ever with ReadTimeout -1. A read not answered
+// in time ends the watch with its error, as any failed read does.
+func (w *changeWatch) readCtx(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, max(w.every, w.c.releaseTimeout))
 }
 
 // psubscribe subscribes to pattern and waits for the confirmation.
@@ -172,6 +188,7 @@ type seenLease struct {
 type changeWatch struct {
 	c     *Client
 	fn    func(Change)
+	every time.Duration        // the listing interval
 	seen  map[string]seenLease // held leases, by key
 	notes map[string]string    // the last notification per key, until used
 }
@@ -183,7 +200,9 @@ func (w *changeWatch) scan(ctx context.Context, pattern string, first bool) erro
 	listed := map[string]bool{}
 	for cursor := ""; ; {
 		read := time.Now() // the page's leases were read after this
-		page, next, err := w.c.List(ctx, pattern, cursor)
+		rctx, cancel := w.readCtx(ctx)
+		page, next, err := w.c.List(rctx, pattern, cursor)
+		cancel()
 		if err != nil {
 			return err
 		}
@@ -205,7 +224,9 @@ func (w *changeWatch) scan(ctx context.Context, pattern string, first bool) erro
 			continue
 		}
 		read := time.Now()
-		info, err := w.c.Inspect(ctx, key)
+		rctx, cancel := w.readCtx(ctx)
+		info, err := w.c.Inspect(rctx, key)
+		cancel()
 		if err != nil {
 			return err
 		}
@@ -242,7 +263,7 @@ func (w *changeWatch) update(ctx context.Context, info Info, read time.Time) {
 // while it lasts, the notification, or the TTL last seen.
 func (w *changeWatch) how(ctx context.Context, old seenLease, now Info, note string) string {
 	k := redisKeys(w.c.prefix, old.info.Key)
-	tctx, cancel := context.WithTimeout(ctx, time.Second)
+	tctx, cancel := w.readCtx(ctx)
 	tomb, err := w.c.rdb.Get(tctx, k.tomb+old.info.Holder).Result()
 	cancel()
 	// The lease ended after old was read (no earlier than old.at), and
