@@ -377,8 +377,8 @@ func TestAdversary29b_WatchLeaderDeadSubscription(t *testing.T) {
 // Everything the election and watch APIs start ends once the Clients are
 // closed: Lead (leading and campaigning), Elect with OnNewLeader,
 // WatchLeader and Watch, with a leader's connection blackholed at the
-// time of Close. Close ends each within the release timeout, and no
-// goroutine is left.
+// time of Close. Close ends each within the release timeout (a campaign's
+// acquire in flight at its own limit), and no goroutine is left.
 func TestAdversary29b_CloseLeavesNothingRunning(t *testing.T) {
 	srv := leasetest.StartRedis(t)
 	key := uniqueKey(t)
@@ -442,12 +442,15 @@ func TestAdversary29b_CloseLeavesNothingRunning(t *testing.T) {
 			if !errors.Is(err, lease.ErrClosed) {
 				t.Errorf("after Close: %v, want ErrClosed", err)
 			}
-		case <-time.After(2 * time.Second):
-			t.Fatal("a Lead, Elect or Watch still running 2s after Close")
+		case <-time.After(3 * time.Second):
+			t.Fatal("a Lead, Elect or Watch still running 3s after Close")
 		}
 	}
-	if d := time.Since(closedAt); d > lease.DefaultReleaseTimeout+700*time.Millisecond {
-		t.Errorf("the calls ended %v after Close, want within the release timeout %v", d, lease.DefaultReleaseTimeout)
+	// A campaign's acquire already sent to the blackholed connection when
+	// Close came is not abandoned: it ends at its own limit, the TTL less
+	// the drift (Close's doc; round 33c saw 2.23s, 1 run in 16).
+	if d, bound := time.Since(closedAt), max(lease.DefaultReleaseTimeout, spec.TTL)+700*time.Millisecond; d > bound {
+		t.Errorf("the calls ended %v after Close, want within the release timeout %v, or an acquire's TTL %v if one was in flight", d, lease.DefaultReleaseTimeout, spec.TTL)
 	}
 	for _, ch := range watches {
 		for range ch {

@@ -263,7 +263,11 @@ func errNoDeadlines(client, options string) error {
 // Close returns (within the release timeout), not left to those calls. Calls already running their
 // function keep their leases (renewed) until they return and release them,
 // so close the go-redis client only after they have. Close waits for
-// nothing else and may be called from an Observer.
+// nothing else and may be called from an Observer. A call whose acquire is
+// already sent (a waiter's re-check, a candidate's campaign) to a server
+// that stopped answering ends when that request's own limit passes (its
+// TTL less the drift, or its budget if sooner): go-redis ends a read at a
+// deadline, not on cancellation.
 func (c *Client) Close() error {
 	if c == nil || !c.closed.CompareAndSwap(false, true) {
 		return nil
