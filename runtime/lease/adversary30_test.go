@@ -288,23 +288,7 @@ func TestAdversary30_ClusterReplicatedRenewalsDuringLongMigration(t *testing.T) 
 			}
 			const ttl = 600 * time.Millisecond
 			s := lease.Spec{TTL: ttl, Deadline: 10 * time.Second}
-			err = c.Do(ctx, key, s, func(ctx context.Context) error {
-				m, err := cl.BeginMigration(ctx, slot, to)
-				if err != nil {
-					return err
-				}
-				if _, err := m.MoveKeys(ctx, 0); err != nil {
-					return err
-				}
-				select {
-				case <-ctx.Done():
-				case <-time.After(3 * ttl):
-				}
-				if err := m.Finish(context.Background()); err != nil {
-					t.Fatal(err)
-				}
-				return context.Cause(ctx)
-			})
+			err = c.Do(ctx, key, s, migrateWhileHeld(t, cl, slot, to, 3*ttl))
 			if err != nil {
 				t.Errorf("the held lease across a migration of 3 TTLs: %v", err)
 				for _, e := range rec.Events() {
@@ -409,5 +393,29 @@ func TestAdversary30_KeptLeaseReplicaPromoted(t *testing.T) {
 		if e.Kind == lease.EventRenewed && e.At.Add(-e.Took).After(promoted) {
 			t.Errorf("a renewal sent %v after the promotion was confirmed", e.At.Add(-e.Took).Sub(promoted))
 		}
+	}
+}
+
+// migrateWhileHeld is a protected function that migrates slot to the
+// master to while it holds the lease: the keys move at once, and the slot
+// is assigned to it after hold (or when the lease's context ends). It
+// returns the context's cause (nil when the lease held throughout).
+func migrateWhileHeld(t *testing.T, cl *leasetest.Cluster, slot int, to *leasetest.Server, hold time.Duration) func(context.Context) error {
+	return func(ctx context.Context) error {
+		m, err := cl.BeginMigration(ctx, slot, to)
+		if err != nil {
+			return err
+		}
+		if _, err := m.MoveKeys(ctx, 0); err != nil {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(hold):
+		}
+		if err := m.Finish(context.Background()); err != nil {
+			t.Error(err)
+		}
+		return context.Cause(ctx)
 	}
 }

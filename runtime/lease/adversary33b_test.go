@@ -476,23 +476,7 @@ func TestAdversary33_ReplicatedRenewalsDuringMigrationToNewMaster(t *testing.T) 
 	key := "adv33-newmaster"
 	slot := leasetest.Slot(lockKey(key))
 	const ttl = 600 * time.Millisecond
-	err = c.Do(ctx, key, lease.Spec{TTL: ttl, Deadline: 10 * time.Second}, func(ctx context.Context) error {
-		m, err := cl.BeginMigration(ctx, slot, added)
-		if err != nil {
-			return err
-		}
-		if _, err := m.MoveKeys(ctx, 0); err != nil {
-			return err
-		}
-		select {
-		case <-ctx.Done():
-		case <-time.After(3 * ttl):
-		}
-		if err := m.Finish(context.Background()); err != nil {
-			t.Fatal(err)
-		}
-		return context.Cause(ctx)
-	})
+	err = c.Do(ctx, key, lease.Spec{TTL: ttl, Deadline: 10 * time.Second}, migrateWhileHeld(t, cl, slot, added, 3*ttl))
 	if err != nil {
 		for _, e := range rec.Events() {
 			if e.Kind == lease.EventRenewFailed {
