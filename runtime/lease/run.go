@@ -392,7 +392,9 @@ func (w *watcher) fire() {
 	what := "its validity ran out before a renewal was confirmed"
 	rn := w.a.c.renew
 	rn.mu.Lock()
-	stoppedAtEnd := !w.r.next.Before(w.r.end) && w.r.flight == nil
+	// flight first: while a batch is in flight, its goroutine sets next
+	// under the renewal's own mu, not the renewer's (see renewer.renew).
+	stoppedAtEnd := w.r.flight == nil && !w.r.next.Before(w.r.end)
 	rn.mu.Unlock()
 	if stoppedAtEnd {
 		// No renewal failed: none is sent from the call's deadline on
