@@ -3,6 +3,8 @@ package lease_test
 import (
 	"context"
 	"errors"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -159,5 +161,182 @@ func TestAdversary34_PlainClientHooks(t *testing.T) {
 	t.Logf("lease commands seen by a hook added before New: %d, after New: %d", before.n.Load(), after.n.Load())
 	if before.n.Load() != 0 || after.n.Load() != 0 {
 		t.Fatalf("hooks on a plain client saw lease commands (before New %d, after New %d); New's doc says they see none", before.n.Load(), after.n.Load())
+	}
+}
+
+// Round 34: plain Sentinel clients (redis.NewFailoverClient without
+// ContextTimeoutEnabled): a holder renews across a SENTINEL FAILOVER, a
+// waiter queued before it is handed the key by notification on the new
+// primary with a larger token, and once the new primary is paused a call's
+// deadline holds there (the clone follows the failover with the user's
+// pool, and bounds reads by the context).
+func TestAdversary34_PlainSentinelClientFailover(t *testing.T) {
+	sn := leasetest.StartSentinel(t)
+	ctx := context.Background()
+	plain := func(o *redis.FailoverOptions) { o.ContextTimeoutEnabled = false }
+	hr, wr := sn.FailoverClient(t, plain), sn.FailoverClient(t, plain)
+	holder, hrec := newClient(t, hr, lease.WithRecheck(10*time.Second))
+	waiterC, _ := newClient(t, wr, lease.WithRecheck(10*time.Second))
+	key := "adv34-plain-sentinel"
+	release := make(chan struct{})
+	var htok lease.Token
+	held := make(chan struct{})
+	hdone := make(chan error, 1)
+	go func() {
+		hdone <- holder.Do(ctx, key, lease.Spec{TTL: 5 * time.Second, Deadline: 30 * time.Second, Fence: true}, func(ctx context.Context) error {
+			htok, _ = lease.TokenFrom(ctx)
+			close(held)
+			<-release
+			return context.Cause(ctx)
+		})
+	}()
+	select {
+	case <-held:
+	case err := <-hdone:
+		t.Fatal(err)
+	}
+	var wtok lease.Token
+	var enteredAt time.Time
+	wdone := make(chan error, 1)
+	go func() {
+		wdone <- waiterC.Do(ctx, key, lease.Spec{TTL: 2 * time.Second, Deadline: 20 * time.Second, Wait: 15 * time.Second, MinValidity: 200 * time.Millisecond, Fence: true},
+			func(ctx context.Context) error { wtok, _ = lease.TokenFrom(ctx); enteredAt = time.Now(); return nil })
+	}()
+	deadline := time.Now().Add(3 * time.Second)
+	for {
+		info, err := holder.Inspect(ctx, key)
+		if err == nil && info.Queued > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the waiter did not queue: %+v %v", info, err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	time.Sleep(100 * time.Millisecond)
+	newPrimary, err := sn.Failover(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(2500 * time.Millisecond) // past several renewals: they must have followed (a 2s TTL can expire on the new primary while renewals still reach the old one, with or without ContextTimeoutEnabled: asynchronous replication, DESIGN §7)
+	releasedAt := time.Now()
+	close(release)
+	if err := <-hdone; err != nil {
+		for _, e := range hrec.Events() {
+			t.Logf("holder %v %v", e.Kind, e.Err)
+		}
+		t.Fatalf("holder across the failover: %v", err)
+	}
+	if err := <-wdone; err != nil {
+		t.Fatalf("the waiter queued before the failover: %v", err)
+	}
+	if lag := enteredAt.Sub(releasedAt); lag > time.Second {
+		t.Errorf("the waiter entered %v after the release (not by notification)", lag)
+	}
+	if wtok <= htok {
+		t.Errorf("the waiter's token %d is not above the holder's %d", wtok, htok)
+	}
+	newPrimary.Pause()
+	defer newPrimary.Resume()
+	start := time.Now()
+	err = holder.Do(ctx, uniqueKey(t), spec(5*time.Second, 400*time.Millisecond), func(context.Context) error {
+		t.Error("entered with the new primary paused")
+		return nil
+	})
+	if took := time.Since(start); err == nil || took > 700*time.Millisecond {
+		t.Fatalf("Do with a 400ms deadline on the paused new primary: %v after %v", err, took.Round(time.Millisecond))
+	}
+}
+
+// Round 34: Close from an Observer (its doc allows it) at the EventAcquired
+// of a waiter that a release just handed the key, before the waiter enters
+// its function: as another goroutine calling Close while the waiter's
+// goroutine is descheduled between its grant and its entry. Close returns,
+// no call of the Client is in its function, so the service closes the
+// go-redis client ("close the go-redis client only after [calls running
+// their function] have"). Wanted: the waiter does not enter its function
+// after Close returned (it returns ErrClosed), and the key it was handed
+// does not stay held for its TTL (20s) while another Client's waiter waits.
+func TestAdversary34_CloseFromObserverAtHandoverGrant(t *testing.T) {
+	srv := leasetest.StartRedis(t)
+	hc, _ := adv23Client(t, srv.Addr())
+	xc, _ := adv23Client(t, srv.Addr())
+	ctx := context.Background()
+	key := uniqueKey(t)
+	rdbQ := redis.NewClient(&redis.Options{Addr: srv.Addr()}) // plain
+	defer rdbQ.Close()
+	var qc *lease.Client
+	var inFn, enteredAfterClose atomic.Int32
+	var closedAt atomic.Int64
+	closedNow := make(chan struct{})
+	proceed := make(chan struct{})
+	var once sync.Once
+	obs := lease.ObserverFunc(func(e lease.Event) {
+		if e.Kind == lease.EventAcquired && e.Key == key {
+			once.Do(func() {
+				qc.Close()
+				closedAt.Store(1)
+				close(closedNow)
+				<-proceed
+			})
+		}
+	})
+	var err error
+	qc, err = lease.New(rdbQ, lease.WithObserver(obs))
+	if err != nil {
+		t.Fatal(err)
+	}
+	warm(t, qc, "warm")
+	release := make(chan struct{})
+	held := hold(t, hc, key, spec(20*time.Second, 30*time.Second), release)
+	wdone := make(chan error, 1)
+	go func() {
+		wdone <- qc.Do(ctx, key, lease.Spec{TTL: 20 * time.Second, Deadline: 30 * time.Second, Wait: 15 * time.Second}, func(context.Context) error {
+			inFn.Add(1)
+			defer inFn.Add(-1)
+			if closedAt.Load() != 0 {
+				enteredAfterClose.Add(1)
+			}
+			time.Sleep(20 * time.Millisecond)
+			return nil
+		})
+	}()
+	adv2WaitQueued(t, xc, key, 1)
+	xin := make(chan time.Time, 1)
+	go func() {
+		_ = xc.Do(ctx, key, lease.Spec{TTL: 2 * time.Second, Deadline: 30 * time.Second, Wait: 25 * time.Second}, func(context.Context) error {
+			xin <- time.Now()
+			return nil
+		})
+	}()
+	adv2WaitQueued(t, xc, key, 2)
+	time.Sleep(50 * time.Millisecond)
+	close(release)
+	if err := <-held; err != nil {
+		t.Fatalf("holder: %v", err)
+	}
+	select {
+	case <-closedNow:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the waiter was not handed the key")
+	}
+	if inFn.Load() == 0 {
+		rdbQ.Close() // Close returned and no call of Q is in its function
+	}
+	close(proceed)
+	werr := <-wdone
+	from := time.Now()
+	if n := enteredAfterClose.Load(); n != 0 {
+		t.Errorf("the waiter entered its function after Close returned (Do: %v)", werr)
+	}
+	select {
+	case at := <-xin:
+		t.Logf("Q's waiter: %v; the third Client's waiter entered %v later", werr, at.Sub(from).Round(time.Millisecond))
+	case <-time.After(1500 * time.Millisecond):
+		info, _ := xc.Inspect(ctx, key)
+		t.Errorf("Q's waiter returned %v and Q's go-redis client was closed (no call in its function when Close returned); 1.5s later the key is still held by %q for %v more, and the third Client's waiter waits",
+			werr, info.Holder, info.TTL.Round(time.Second))
+		_, _ = xc.ForceRelease(ctx, key, info.Holder)
+		<-xin
 	}
 }
