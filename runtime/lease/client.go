@@ -58,6 +58,15 @@ type Client struct {
 	// (see askTarget), by address; closed by Close.
 	askMu    sync.Mutex
 	askNodes map[string]*redis.Client
+
+	// granting are the calls granted a lease (an acquire's grant or a
+	// release's handover) that have not entered their function yet: Close
+	// takes them (grantShut), releases their leases itself and they
+	// return ErrClosed without entering or sending anything (see
+	// call.enter).
+	grantMu   sync.Mutex
+	granting  map[*call]struct{}
+	grantShut bool
 }
 
 // Option configures a Client.
@@ -260,7 +269,10 @@ func errNoDeadlines(client, options string) error {
 // (each bounded by the release timeout); the queue places of the waiting
 // calls it ends (with a lease a release handed one of them meanwhile,
 // which passes to the next waiter) are given up by releases sent before
-// Close returns (within the release timeout), not left to those calls. Calls already running their
+// Close returns (within the release timeout), not left to those calls;
+// so are the leases of calls granted but not yet in their function (a
+// handover, an Observer's EventAcquired): they return ErrClosed without
+// entering. Calls already running their
 // function keep their leases (renewed) until they return and release them,
 // so close the go-redis client only after they have. Close waits for
 // nothing else and may be called from an Observer. A call whose acquire is
@@ -273,7 +285,34 @@ func (c *Client) Close() error {
 		return nil
 	}
 	abandoned := c.hub.close()
-	sent := make([]abandonedRelease, len(abandoned))
+	c.grantMu.Lock()
+	c.grantShut = true
+	var grants []*call
+	for a := range c.granting {
+		a.gate = gateAbandoned
+		grants = append(grants, a)
+	}
+	c.granting = nil
+	c.grantMu.Unlock()
+	sent := make([]abandonedRelease, len(abandoned)+len(grants))
+	for i, a := range grants {
+		// A call granted a lease but not in its function yet: it will
+		// not enter (call.enter), and its lease is released now, as an
+		// abandoned waiter's place is, not by the call after Close
+		// returned.
+		x := &sent[len(abandoned)+i]
+		x.r, x.done = new(relArgs), make(chan struct{})
+		go func() {
+			defer close(x.done)
+			ctx, cancel := context.WithTimeout(context.Background(), c.releaseTimeout)
+			defer cancel()
+			tomb := "1"
+			if a.unbounded {
+				tomb = "l"
+			}
+			_, _ = c.releaseWith(ctx, x.r, &a.k, &a.tomb, &a.id, &a.member, 0, tomb)
+		}()
+	}
 	for i, w := range abandoned {
 		// The place of a waiter that Close ended (and a lease a release
 		// may have handed it meanwhile) is given up now, not by the

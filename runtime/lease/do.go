@@ -157,6 +157,7 @@ type call struct {
 	acqUsed bool
 	rel     relArgs // the call's own release's (sendRelease)
 	relUsed bool
+	gate    uint8 // see enter (under Client.grantMu)
 
 	// A leader term (Lead) has no total deadline (end is far away: no
 	// deadline context for fn) and an owner, escaped with KeyPart, that
