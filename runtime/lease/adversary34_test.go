@@ -340,3 +340,74 @@ func TestAdversary34_CloseFromObserverAtHandoverGrant(t *testing.T) {
 		<-xin
 	}
 }
+
+// Round 34: the same with a kept lease (Spec.Keep): Close from an Observer
+// at the EventAcquired (Kept) of a call that takes the Client's kept
+// lease, before it enters its function. The kept lease is in use, so
+// Close's release of kept leases skips it; the service then closes the
+// go-redis client (no call in its function). Wanted: the call does not
+// enter after Close returned, and the key does not stay held for its TTL
+// (20s) while another Client's waiter waits.
+func TestAdversary34_CloseFromObserverAtKeptTake(t *testing.T) {
+	srv := leasetest.StartRedis(t)
+	xc, _ := adv23Client(t, srv.Addr())
+	ctx := context.Background()
+	key := uniqueKey(t)
+	rdbQ := redis.NewClient(&redis.Options{Addr: srv.Addr(), ContextTimeoutEnabled: true})
+	defer rdbQ.Close()
+	var qc *lease.Client
+	var inFn, enteredAfterClose atomic.Int32
+	var closedAt atomic.Int64
+	closedNow := make(chan struct{})
+	proceed := make(chan struct{})
+	var once sync.Once
+	obs := lease.ObserverFunc(func(e lease.Event) {
+		if e.Kind == lease.EventAcquired && e.Kept && e.Key == key {
+			once.Do(func() {
+				qc.Close()
+				closedAt.Store(1)
+				close(closedNow)
+				<-proceed
+			})
+		}
+	})
+	var err error
+	qc, err = lease.New(rdbQ, lease.WithObserver(obs))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := lease.Spec{TTL: 20 * time.Second, Deadline: 30 * time.Second, Keep: 10 * time.Second}
+	if err := qc.Do(ctx, key, s, nop); err != nil { // kept
+		t.Fatal(err)
+	}
+	wdone := make(chan error, 1)
+	go func() {
+		wdone <- qc.Do(ctx, key, s, func(context.Context) error {
+			inFn.Add(1)
+			defer inFn.Add(-1)
+			if closedAt.Load() != 0 {
+				enteredAfterClose.Add(1)
+			}
+			time.Sleep(20 * time.Millisecond)
+			return nil
+		})
+	}()
+	select {
+	case <-closedNow:
+	case err := <-wdone:
+		t.Fatalf("the second call did not take the kept lease: %v", err)
+	}
+	if inFn.Load() == 0 {
+		rdbQ.Close() // Close returned and no call of Q is in its function
+	}
+	close(proceed)
+	werr := <-wdone
+	if n := enteredAfterClose.Load(); n != 0 {
+		t.Errorf("the call entered its function after Close returned (Do: %v)", werr)
+	}
+	start := time.Now()
+	err = xc.Do(ctx, key, lease.Spec{TTL: 2 * time.Second, Deadline: 5 * time.Second, Wait: 3 * time.Second}, nop)
+	if took := time.Since(start); err != nil || took > 1500*time.Millisecond {
+		t.Errorf("Q's call returned %v and Q's go-redis client was closed (no call in its function when Close returned); another Client's call got the key after %v (%v)", werr, took.Round(time.Millisecond), err)
+	}
+}
