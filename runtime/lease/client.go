@@ -301,7 +301,17 @@ func (c *Client) Close() error {
 		// abandoned waiter's place is, not by the call after Close
 		// returned.
 		x := &sent[len(abandoned)+i]
-		x.r, x.done = new(relArgs), make(chan struct{})
+		x.done = make(chan struct{})
+		if l := a.keptL; l != nil {
+			// A kept lease the call took: released as Close releases
+			// the kept leases not in use (with their hold-min).
+			go func() {
+				defer close(x.done)
+				c.releaseKept(l, time.Time{}, nil)
+			}()
+			continue
+		}
+		x.r = new(relArgs)
 		go func() {
 			defer close(x.done)
 			ctx, cancel := context.WithTimeout(context.Background(), c.releaseTimeout)
@@ -337,7 +347,7 @@ func (c *Client) Close() error {
 	until := time.Now().Add(c.releaseTimeout)
 	for i := range sent {
 		x := &sent[i]
-		for x.r.hold.writes.Load() == 0 && time.Now().Before(until) {
+		for (x.r == nil || x.r.hold.writes.Load() == 0) && time.Now().Before(until) {
 			select {
 			case <-x.done:
 			case <-time.After(100 * time.Microsecond):
