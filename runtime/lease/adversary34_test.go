@@ -411,3 +411,55 @@ func TestAdversary34_CloseFromObserverAtKeptTake(t *testing.T) {
 		t.Errorf("Q's call returned %v and Q's go-redis client was closed (no call in its function when Close returned); another Client's call got the key after %v (%v)", werr, took.Round(time.Millisecond), err)
 	}
 }
+
+// Round 34: Close's doc says calls running their function keep their
+// leases (renewed) until they return. Close also closes the clients the
+// Client made for ASK targets missing from the slot map (askNode), and
+// askNode makes none once closed: with WithReplicas, a call still in its
+// function during a migration onto a master just added must keep
+// renewing there after Close, as without Close
+// (TestAdversary33_ReplicatedRenewalsDuringMigrationToNewMaster).
+func TestAdversary34_CloseDuringMigrationToNewMasterKeepsRunningCall(t *testing.T) {
+	cl := leasetest.StartClusterReplicas(t, 3, 1)
+	ctx := context.Background()
+	c, rec := newClient(t, cl.Client(t), lease.WithReplicas(1, 100*time.Millisecond))
+	if err := c.Do(ctx, "adv34-warm", lease.Spec{TTL: time.Second, Deadline: 2 * time.Second}, nop); err != nil {
+		t.Fatal(err)
+	}
+	actx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	added, err := cl.AddMaster(actx, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := "adv34-newmaster-close"
+	slot := leasetest.Slot(lockKey(key))
+	const ttl = 600 * time.Millisecond
+	err = c.Do(ctx, key, lease.Spec{TTL: ttl, Deadline: 10 * time.Second}, func(ctx context.Context) error {
+		m, err := cl.BeginMigration(ctx, slot, added)
+		if err != nil {
+			return err
+		}
+		if _, err := m.MoveKeys(ctx, 0); err != nil {
+			return err
+		}
+		c.Close() // this call is in its function: it keeps its lease
+		select {
+		case <-ctx.Done():
+		case <-time.After(3 * ttl):
+		}
+		if err := m.Finish(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		return context.Cause(ctx)
+	})
+	if err != nil {
+		for _, e := range rec.Events() {
+			if e.Kind == lease.EventRenewFailed {
+				t.Logf("%v", e.Err)
+				break
+			}
+		}
+		t.Fatalf("a call in its function when Close came, across a migration of 3 TTLs onto a new master: %v", err)
+	}
+}
