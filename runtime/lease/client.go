@@ -58,6 +58,9 @@ type Client struct {
 	// (see askTarget), by address; closed by Close.
 	askMu    sync.Mutex
 	askNodes map[string]*redis.Client
+	// running counts the calls in run (their renewals may need askNodes
+	// after Close: closed when the last of them returns).
+	running atomic.Int64
 
 	// granting are the calls granted a lease (an acquire's grant or a
 	// release's handover) that have not entered their function yet: Close
@@ -356,13 +359,30 @@ func (c *Client) Close() error {
 			break
 		}
 	}
+	// Calls still in their function keep their leases, renewed (through
+	// askNodes too): the last of them closes askNodes (leftRun).
+	if c.running.Load() == 0 {
+		c.closeAskNodes()
+	}
+	return nil
+}
+
+// closeAskNodes closes the Client's own ASK-target clients.
+func (c *Client) closeAskNodes() {
 	c.askMu.Lock()
 	for addr, n := range c.askNodes {
 		_ = n.Close()
 		delete(c.askNodes, addr)
 	}
 	c.askMu.Unlock()
-	return nil
+}
+
+// leftRun is run's last step: once the Client is closed, the last call
+// to leave closes askNodes (Close left them to the calls still running).
+func (c *Client) leftRun() {
+	if c.running.Add(-1) == 0 && c.closed.Load() {
+		c.closeAskNodes()
+	}
 }
 
 // abandonedRelease is Close's release of an abandoned waiter's place.
@@ -422,8 +442,8 @@ func (c *Client) askTarget(ctx context.Context, err error) *redis.Client {
 func (c *Client) askNode(cc *redis.ClusterClient, addr string) *redis.Client {
 	c.askMu.Lock()
 	defer c.askMu.Unlock()
-	if c.closed.Load() {
-		return nil
+	if c.closed.Load() && c.running.Load() == 0 {
+		return nil // closed, and no call left whose renewals need it
 	}
 	if n := c.askNodes[addr]; n != nil {
 		return n

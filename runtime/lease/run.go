@@ -12,6 +12,8 @@ import (
 // then the release. A lease whose validity ended before fn returned, or that
 // the release finds no longer ours, is lost whatever the timers did.
 func (a *call) run(ctx context.Context, l *Lease, fn func(context.Context) error) (err error) {
+	a.c.running.Add(1)
+	defer a.c.leftRun()
 	if a.lctx == nil {
 		a.makeContexts(ctx)
 	}
