@@ -3,6 +3,8 @@ package lease_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -461,5 +463,71 @@ func TestAdversary34_CloseDuringMigrationToNewMasterKeepsRunningCall(t *testing.
 			}
 		}
 		t.Fatalf("a call in its function when Close came, across a migration of 3 TTLs onto a new master: %v", err)
+	}
+}
+
+// Round 34: release.lua's pruning of dead queue entries with live ones
+// interleaved: 40 dead, a live L1, 40 dead, a live L2, then 300 dead and
+// a live L3 (entries written straight into the queue, as processes that
+// died leave them; one dead entry has lost its expiry field). Each release
+// hands the key to the next live entry in order (L1, then L2, then L3)
+// and keeps the later live entries queued.
+func TestAdversary34_ReleasePrunesDeadAroundLiveEntries(t *testing.T) {
+	srv := leasetest.StartRedis(t)
+	rdb := srv.Client(t)
+	c, _ := newClient(t, rdb)
+	ctx := context.Background()
+	key := "adv34-prune"
+	q, x := "lease:{"+key+"}:q", "lease:{"+key+"}:x"
+	nowMs := time.Now().UnixMilli()
+	score := 0.0
+	ids := map[string]string{"L1": strings.Repeat("a", 32), "L2": strings.Repeat("b", 32), "L3": strings.Repeat("c", 32)}
+	add := func(id string, live bool) {
+		if live {
+			id = ids[id]
+		}
+		m := id + "|20000|0|20000|"
+		exp := nowMs - 60000
+		if live {
+			exp = nowMs + 60000
+		}
+		score++
+		rdb.ZAdd(ctx, q, redis.Z{Score: score, Member: m})
+		if id != "dead-noexp" {
+			rdb.HSet(ctx, x, m, fmt.Sprint(exp, ":1"))
+		}
+	}
+	for i := 0; i < 40; i++ {
+		add(fmt.Sprint("dead-a", i), false)
+	}
+	add("L1", true)
+	add("dead-noexp", false)
+	for i := 0; i < 40; i++ {
+		add(fmt.Sprint("dead-b", i), false)
+	}
+	add("L2", true)
+	for i := 0; i < 300; i++ {
+		add(fmt.Sprint("dead-c", i), false)
+	}
+	add("L3", true)
+	rdb.Expire(ctx, q, time.Minute)
+	rdb.Expire(ctx, x, time.Minute)
+	for _, want := range []string{"L1", "L2", "L3"} {
+		// The current holder (the first time: a call of c) releases.
+		if want == "L1" {
+			if err := c.Do(ctx, key, spec(20*time.Second, 30*time.Second), nop); err != nil {
+				t.Fatal(err)
+			}
+		} else {
+			prev := map[string]string{"L2": "L1", "L3": "L2"}[want]
+			if _, err := c.ForceRelease(ctx, key, ids[prev]); err != nil {
+				t.Fatalf("ForceRelease(%s): %v", prev, err)
+			}
+		}
+		v, err := rdb.Get(ctx, lockKey(key)).Result()
+		if err != nil || !strings.HasPrefix(v, ids[want]+":") {
+			members, _ := rdb.ZRange(ctx, q, 0, 3).Result()
+			t.Fatalf("after the release the key holds %q (%v), want %s's grant; queue head %v", v, err, want, members)
+		}
 	}
 }
