@@ -531,3 +531,82 @@ func TestAdversary34_ReleasePrunesDeadAroundLiveEntries(t *testing.T) {
 		}
 	}
 }
+
+// Round 34: Close at random moments around a handover to one of three
+// waiters of a Client Q, its go-redis client closed right after Close when
+// no call of Q is in its function: whatever the interleaving, another
+// Client's waiter gets the key within a second and a half (nothing of Q's
+// holds it for its 20s TTL), and never while a call of Q is in its
+// function (no two holders).
+func TestAdversary34_CloseRacingHandovers(t *testing.T) {
+	srv := leasetest.StartRedis(t)
+	hc, _ := adv23Client(t, srv.Addr())
+	xc, _ := adv23Client(t, srv.Addr())
+	ctx := context.Background()
+	for round := 0; round < 8; round++ {
+		key := fmt.Sprint("adv34-race-", round)
+		rdbQ := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+		qc, err := lease.New(rdbQ)
+		if err != nil {
+			t.Fatal(err)
+		}
+		warm(t, qc, "warm")
+		release := make(chan struct{})
+		held := hold(t, hc, key, spec(20*time.Second, 30*time.Second), release)
+		var inFn, overlap atomic.Int32
+		var qdone sync.WaitGroup
+		for range 3 {
+			qdone.Add(1)
+			go func() {
+				defer qdone.Done()
+				_ = qc.Do(ctx, key, lease.Spec{TTL: 20 * time.Second, Deadline: 30 * time.Second, Wait: 15 * time.Second}, func(context.Context) error {
+					inFn.Add(1)
+					defer inFn.Add(-1)
+					time.Sleep(5 * time.Millisecond)
+					return nil
+				})
+			}()
+		}
+		adv2WaitQueued(t, xc, key, 3)
+		xin := make(chan time.Time, 1)
+		go func() {
+			_ = xc.Do(ctx, key, lease.Spec{TTL: 2 * time.Second, Deadline: 30 * time.Second, Wait: 25 * time.Second}, func(context.Context) error {
+				if inFn.Load() != 0 {
+					overlap.Add(1)
+				}
+				xin <- time.Now()
+				return nil
+			})
+		}()
+		adv2WaitQueued(t, xc, key, 4)
+		time.Sleep(30 * time.Millisecond)
+		close(release)
+		time.Sleep(time.Duration(round%4) * 150 * time.Microsecond)
+		qc.Close()
+		time.Sleep(2 * time.Millisecond)
+		atOnce := inFn.Load() == 0
+		if atOnce {
+			rdbQ.Close()
+		}
+		if err := <-held; err != nil {
+			t.Fatalf("holder: %v", err)
+		}
+		qdone.Wait()
+		if !atOnce {
+			rdbQ.Close()
+		}
+		from := time.Now()
+		select {
+		case at := <-xin:
+			t.Logf("round %d: go-redis closed at once %v; the other Client's waiter entered %v later", round, atOnce, at.Sub(from).Round(time.Millisecond))
+		case <-time.After(1500 * time.Millisecond):
+			info, _ := xc.Inspect(ctx, key)
+			t.Errorf("round %d: 1.5s after Q's calls returned (go-redis closed at once: %v) the key is still held by %q for %v more", round, atOnce, info.Holder, info.TTL.Round(time.Second))
+			_, _ = xc.ForceRelease(ctx, key, info.Holder)
+			<-xin
+		}
+		if overlap.Load() != 0 {
+			t.Errorf("round %d: the other Client's waiter entered while a call of Q was in its function", round)
+		}
+	}
+}
