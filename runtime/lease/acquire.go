@@ -145,8 +145,49 @@ func (a *call) granted(tok Token, validUntil time.Time) *Lease {
 	l.c, l.a, l.key, l.owner, l.token, l.fenced = a.c, a, a.key, a.id, tok, a.spec.Fence
 	l.validUntil, l.lost = validUntil, make(chan struct{})
 	l.cur.Store(a)
+	a.pend(nil)
 	a.observe(Event{Kind: EventAcquired, Wait: time.Since(a.start)})
 	return l
+}
+
+// pend lists a call just granted a lease (kept: the kept lease it took)
+// in Client.granting until it enters its function, or marks it granted
+// after Close.
+func (a *call) pend(kept *Lease) {
+	a.c.grantMu.Lock()
+	defer a.c.grantMu.Unlock()
+	if a.c.grantShut {
+		a.gate = gateAfterClose
+		return
+	}
+	if a.c.granting == nil {
+		a.c.granting = map[*call]struct{}{}
+	}
+	a.c.granting[a] = struct{}{}
+	a.gate, a.keptL = gatePending, kept
+}
+
+// A grant's passage to its function (call.gate, under Client.grantMu).
+const (
+	gateNone       uint8 = iota // entered, or never listed
+	gatePending                 // granted, listed in Client.granting
+	gateAfterClose              // granted after Close: not entered, released by the call
+	gateAbandoned               // taken by Close, which releases it: not entered, nothing sent
+)
+
+// enter reports whether the call may enter its function, as the last
+// thing before it: not once Close has taken its grant (gateAbandoned:
+// Close releases it) or when it was granted after Close (the call releases
+// it). It takes the call out of Client.granting.
+func (a *call) enter() uint8 {
+	a.c.grantMu.Lock()
+	defer a.c.grantMu.Unlock()
+	g := a.gate
+	if g == gatePending {
+		delete(a.c.granting, a)
+		a.gate = gateNone
+	}
+	return g
 }
 
 // acquireArgs are the acquire script's command line (its first two slots

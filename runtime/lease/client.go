@@ -58,6 +58,18 @@ type Client struct {
 	// (see askTarget), by address; closed by Close.
 	askMu    sync.Mutex
 	askNodes map[string]*redis.Client
+	// running counts the calls in run (their renewals may need askNodes
+	// after Close: closed when the last of them returns).
+	running atomic.Int64
+
+	// granting are the calls granted a lease (an acquire's grant or a
+	// release's handover) that have not entered their function yet: Close
+	// takes them (grantShut), releases their leases itself and they
+	// return ErrClosed without entering or sending anything (see
+	// call.enter).
+	grantMu   sync.Mutex
+	granting  map[*call]struct{}
+	grantShut bool
 }
 
 // Option configures a Client.
@@ -260,7 +272,10 @@ func errNoDeadlines(client, options string) error {
 // (each bounded by the release timeout); the queue places of the waiting
 // calls it ends (with a lease a release handed one of them meanwhile,
 // which passes to the next waiter) are given up by releases sent before
-// Close returns (within the release timeout), not left to those calls. Calls already running their
+// Close returns (within the release timeout), not left to those calls;
+// so are the leases of calls granted but not yet in their function (a
+// handover, an Observer's EventAcquired): they return ErrClosed without
+// entering. Calls already running their
 // function keep their leases (renewed) until they return and release them,
 // so close the go-redis client only after they have. Close waits for
 // nothing else and may be called from an Observer. A call whose acquire is
@@ -273,7 +288,44 @@ func (c *Client) Close() error {
 		return nil
 	}
 	abandoned := c.hub.close()
-	sent := make([]abandonedRelease, len(abandoned))
+	c.grantMu.Lock()
+	c.grantShut = true
+	var grants []*call
+	for a := range c.granting {
+		a.gate = gateAbandoned
+		grants = append(grants, a)
+	}
+	c.granting = nil
+	c.grantMu.Unlock()
+	sent := make([]abandonedRelease, len(abandoned)+len(grants))
+	for i, a := range grants {
+		// A call granted a lease but not in its function yet: it will
+		// not enter (call.enter), and its lease is released now, as an
+		// abandoned waiter's place is, not by the call after Close
+		// returned.
+		x := &sent[len(abandoned)+i]
+		x.done = make(chan struct{})
+		if l := a.keptL; l != nil {
+			// A kept lease the call took: released as Close releases
+			// the kept leases not in use (with their hold-min).
+			go func() {
+				defer close(x.done)
+				c.releaseKept(l, time.Time{}, nil)
+			}()
+			continue
+		}
+		x.r = new(relArgs)
+		go func() {
+			defer close(x.done)
+			ctx, cancel := context.WithTimeout(context.Background(), c.releaseTimeout)
+			defer cancel()
+			tomb := "1"
+			if a.unbounded {
+				tomb = "l"
+			}
+			_, _ = c.releaseWith(ctx, x.r, &a.k, &a.tomb, &a.id, &a.member, 0, tomb)
+		}()
+	}
 	for i, w := range abandoned {
 		// The place of a waiter that Close ended (and a lease a release
 		// may have handed it meanwhile) is given up now, not by the
@@ -298,7 +350,7 @@ func (c *Client) Close() error {
 	until := time.Now().Add(c.releaseTimeout)
 	for i := range sent {
 		x := &sent[i]
-		for x.r.hold.writes.Load() == 0 && time.Now().Before(until) {
+		for (x.r == nil || x.r.hold.writes.Load() == 0) && time.Now().Before(until) {
 			select {
 			case <-x.done:
 			case <-time.After(100 * time.Microsecond):
@@ -307,13 +359,30 @@ func (c *Client) Close() error {
 			break
 		}
 	}
+	// Calls still in their function keep their leases, renewed (through
+	// askNodes too): the last of them closes askNodes (leftRun).
+	if c.running.Load() == 0 {
+		c.closeAskNodes()
+	}
+	return nil
+}
+
+// closeAskNodes closes the Client's own ASK-target clients.
+func (c *Client) closeAskNodes() {
 	c.askMu.Lock()
 	for addr, n := range c.askNodes {
 		_ = n.Close()
 		delete(c.askNodes, addr)
 	}
 	c.askMu.Unlock()
-	return nil
+}
+
+// leftRun is run's last step: once the Client is closed, the last call
+// to leave closes askNodes (Close left them to the calls still running).
+func (c *Client) leftRun() {
+	if c.running.Add(-1) == 0 && c.closed.Load() {
+		c.closeAskNodes()
+	}
 }
 
 // abandonedRelease is Close's release of an abandoned waiter's place.
@@ -373,8 +442,8 @@ func (c *Client) askTarget(ctx context.Context, err error) *redis.Client {
 func (c *Client) askNode(cc *redis.ClusterClient, addr string) *redis.Client {
 	c.askMu.Lock()
 	defer c.askMu.Unlock()
-	if c.closed.Load() {
-		return nil
+	if c.closed.Load() && c.running.Load() == 0 {
+		return nil // closed, and no call left whose renewals need it
 	}
 	if n := c.askNodes[addr]; n != nil {
 		return n

@@ -95,6 +95,7 @@ func (c *Client) Do(ctx context.Context, key string, spec Spec, fn func(ctx cont
 		k := l.a
 		a.k, a.id, a.idValue, a.tomb, a.token, a.sent = k.k, k.id, k.idValue, k.tomb, l.token, time.Now()
 		l.cur.Store(a)
+		a.pend(l)
 		a.observe(Event{Kind: EventAcquired, Kept: true, Wait: time.Since(a.start)})
 		return finish(a.run(ctx, l, fn))
 	}
@@ -157,6 +158,8 @@ type call struct {
 	acqUsed bool
 	rel     relArgs // the call's own release's (sendRelease)
 	relUsed bool
+	gate    uint8  // see enter (under Client.grantMu)
+	keptL   *Lease // the kept lease the call took, until it enters (see pend)
 
 	// A leader term (Lead) has no total deadline (end is far away: no
 	// deadline context for fn) and an owner, escaped with KeyPart, that

@@ -11,7 +11,7 @@ type EventKind uint8
 
 // The events an Observer receives.
 const (
-	EventAcquired           EventKind = iota + 1 // granted, fn entered next (unless EventLowValidity follows: too little left by then); Event.Wait is the time spent getting it
+	EventAcquired           EventKind = iota + 1 // granted, fn entered next (unless EventLowValidity follows: too little left by then; or the Client was closed first: EventDone with ErrClosed); Event.Wait is the time spent getting it
 	EventBusy                                    // held by another for the whole wait
 	EventAcquireUnknown                          // acquire sent, no reply read
 	EventLowValidity                             // granted too late to enter, or too little validity left when fn was to be entered (a pause in between): fn not called

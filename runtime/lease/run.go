@@ -12,6 +12,8 @@ import (
 // then the release. A lease whose validity ended before fn returned, or that
 // the release finds no longer ours, is lost whatever the timers did.
 func (a *call) run(ctx context.Context, l *Lease, fn func(context.Context) error) (err error) {
+	a.c.running.Add(1)
+	defer a.c.leftRun()
 	if a.lctx == nil {
 		a.makeContexts(ctx)
 	}
@@ -35,7 +37,7 @@ func (a *call) run(ctx context.Context, l *Lease, fn func(context.Context) error
 	}
 	a.inFn.Store(true)
 
-	returned := false
+	returned, taken := false, false
 	defer func() {
 		a.inFn.Store(false)
 		entered := !a.entered.IsZero() // fn was called (see the entry check)
@@ -66,6 +68,12 @@ func (a *call) run(ctx context.Context, l *Lease, fn func(context.Context) error
 		}
 		a.c.unkeep(l) // a reused kept lease whose fn panicked is released too
 		w.stop()
+		if taken {
+			// Close took this grant before fn was entered and releases
+			// it itself: nothing more to send.
+			l.ended.Store(true)
+			return
+		}
 
 		l.mu.Lock()
 		hold := time.Until(l.holdUntil)
@@ -118,6 +126,14 @@ func (a *call) run(ctx context.Context, l *Lease, fn func(context.Context) error
 	// A kept lease may also have been found lost meanwhile (a renewal
 	// refused, a notice checked): the loss does not move the validity
 	// clock, so it is looked at too.
+	switch a.enter() {
+	case gateAbandoned:
+		taken, returned = true, true
+		return fmt.Errorf("%w: key %q: the Client was closed before the function was entered (Close released the lease)", ErrClosed, a.key)
+	case gateAfterClose:
+		returned = true
+		return fmt.Errorf("%w: key %q: the Client was closed before the function was entered", ErrClosed, a.key)
+	}
 	if l.isLost() {
 		err = fmt.Errorf("%w: key %q: the kept lease was lost before the function was entered (%v)", ErrLowValidity, a.key, l.Err())
 		a.observe(Event{Kind: EventLowValidity, Err: err})
