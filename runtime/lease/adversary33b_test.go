@@ -386,11 +386,21 @@ func TestAdversary33_SentinelPausedAtStart(t *testing.T) {
 // new primary, so the holder's release there hands it the key by
 // notification (re-checks are 10s apart), with a larger token.
 func TestAdversary33_SentinelFailoverWithQueuedWaiter(t *testing.T) {
+	failoverWithQueuedWaiter(t, "adv33-sentinel-queue", 300*time.Millisecond)
+}
+
+// failoverWithQueuedWaiter runs a holder and a waiter queued behind it on
+// two Clients of a new Sentinel deployment (go-redis failover clients
+// adjusted by adjust), fails the primary over, lets the holder run on for
+// settle (its renewals and the subscription follow), releases, and checks
+// that the waiter entered by notification with a larger token. It returns
+// the holder's Client and the new primary.
+func failoverWithQueuedWaiter(t *testing.T, key string, settle time.Duration, adjust ...func(*redis.FailoverOptions)) (*lease.Client, *leasetest.Server) {
+	t.Helper()
 	sn := leasetest.StartSentinel(t)
 	ctx := context.Background()
-	holder, hrec := newClient(t, sn.FailoverClient(t), lease.WithRecheck(10*time.Second))
-	waiterC, _ := newClient(t, sn.FailoverClient(t), lease.WithRecheck(10*time.Second))
-	key := "adv33-sentinel-queue"
+	holder, hrec := newClient(t, sn.FailoverClient(t, adjust...), lease.WithRecheck(10*time.Second))
+	waiterC, _ := newClient(t, sn.FailoverClient(t, adjust...), lease.WithRecheck(10*time.Second))
 	release := make(chan struct{})
 	var htok lease.Token
 	held := make(chan struct{})
@@ -427,10 +437,11 @@ func TestAdversary33_SentinelFailoverWithQueuedWaiter(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	time.Sleep(100 * time.Millisecond) // the entry reaches the replicas
-	if _, err := sn.Failover(ctx); err != nil {
+	newPrimary, err := sn.Failover(ctx)
+	if err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(300 * time.Millisecond) // renewals and the subscription follow
+	time.Sleep(settle)
 	releasedAt := time.Now()
 	close(release)
 	if err := <-hdone; err != nil {
@@ -448,6 +459,7 @@ func TestAdversary33_SentinelFailoverWithQueuedWaiter(t *testing.T) {
 	if wtok <= htok {
 		t.Errorf("the waiter's token %d is not above the holder's %d", wtok, htok)
 	}
+	return holder, newPrimary
 }
 
 // Resharding onto a master just added to the cluster (scale-out), with

@@ -173,75 +173,16 @@ func TestAdversary34_PlainClientHooks(t *testing.T) {
 // deadline holds there (the clone follows the failover with the user's
 // pool, and bounds reads by the context).
 func TestAdversary34_PlainSentinelClientFailover(t *testing.T) {
-	sn := leasetest.StartSentinel(t)
-	ctx := context.Background()
 	plain := func(o *redis.FailoverOptions) { o.ContextTimeoutEnabled = false }
-	hr, wr := sn.FailoverClient(t, plain), sn.FailoverClient(t, plain)
-	holder, hrec := newClient(t, hr, lease.WithRecheck(10*time.Second))
-	waiterC, _ := newClient(t, wr, lease.WithRecheck(10*time.Second))
-	key := "adv34-plain-sentinel"
-	release := make(chan struct{})
-	var htok lease.Token
-	held := make(chan struct{})
-	hdone := make(chan error, 1)
-	go func() {
-		hdone <- holder.Do(ctx, key, lease.Spec{TTL: 5 * time.Second, Deadline: 30 * time.Second, Fence: true}, func(ctx context.Context) error {
-			htok, _ = lease.TokenFrom(ctx)
-			close(held)
-			<-release
-			return context.Cause(ctx)
-		})
-	}()
-	select {
-	case <-held:
-	case err := <-hdone:
-		t.Fatal(err)
-	}
-	var wtok lease.Token
-	var enteredAt time.Time
-	wdone := make(chan error, 1)
-	go func() {
-		wdone <- waiterC.Do(ctx, key, lease.Spec{TTL: 2 * time.Second, Deadline: 20 * time.Second, Wait: 15 * time.Second, MinValidity: 200 * time.Millisecond, Fence: true},
-			func(ctx context.Context) error { wtok, _ = lease.TokenFrom(ctx); enteredAt = time.Now(); return nil })
-	}()
-	deadline := time.Now().Add(3 * time.Second)
-	for {
-		info, err := holder.Inspect(ctx, key)
-		if err == nil && info.Queued > 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the waiter did not queue: %+v %v", info, err)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	time.Sleep(100 * time.Millisecond)
-	newPrimary, err := sn.Failover(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	time.Sleep(2500 * time.Millisecond) // past several renewals: they must have followed (a 2s TTL can expire on the new primary while renewals still reach the old one, with or without ContextTimeoutEnabled: asynchronous replication, DESIGN §7)
-	releasedAt := time.Now()
-	close(release)
-	if err := <-hdone; err != nil {
-		for _, e := range hrec.Events() {
-			t.Logf("holder %v %v", e.Kind, e.Err)
-		}
-		t.Fatalf("holder across the failover: %v", err)
-	}
-	if err := <-wdone; err != nil {
-		t.Fatalf("the waiter queued before the failover: %v", err)
-	}
-	if lag := enteredAt.Sub(releasedAt); lag > time.Second {
-		t.Errorf("the waiter entered %v after the release (not by notification)", lag)
-	}
-	if wtok <= htok {
-		t.Errorf("the waiter's token %d is not above the holder's %d", wtok, htok)
-	}
+	// Past several renewals: they must have followed (a 2s TTL can expire
+	// on the new primary while renewals still reach the old one, with or
+	// without ContextTimeoutEnabled: asynchronous replication, DESIGN §7).
+	holder, newPrimary := failoverWithQueuedWaiter(t, "adv34-plain-sentinel", 2500*time.Millisecond, plain)
+	ctx := context.Background()
 	newPrimary.Pause()
 	defer newPrimary.Resume()
 	start := time.Now()
-	err = holder.Do(ctx, uniqueKey(t), spec(5*time.Second, 400*time.Millisecond), func(context.Context) error {
+	err := holder.Do(ctx, uniqueKey(t), spec(5*time.Second, 400*time.Millisecond), func(context.Context) error {
 		t.Error("entered with the new primary paused")
 		return nil
 	})
