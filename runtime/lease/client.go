@@ -314,17 +314,11 @@ func (c *Client) Close() error {
 			}()
 			continue
 		}
-		x.r = new(relArgs)
-		go func() {
-			defer close(x.done)
-			ctx, cancel := context.WithTimeout(context.Background(), c.releaseTimeout)
-			defer cancel()
-			tomb := "1"
-			if a.unbounded {
-				tomb = "l"
-			}
-			_, _ = c.releaseWith(ctx, x.r, &a.k, &a.tomb, &a.id, &a.member, 0, tomb)
-		}()
+		tomb := "1"
+		if a.unbounded {
+			tomb = "l"
+		}
+		x.start(c, &a.k, &a.tomb, &a.id, &a.member, tomb)
 	}
 	for i, w := range abandoned {
 		// The place of a waiter that Close ended (and a lease a release
@@ -333,14 +327,9 @@ func (c *Client) Close() error {
 		// its go-redis client right after Close, and the handover would
 		// then hold the key for the waiter's full TTL.
 		x := &sent[i]
-		x.r, x.done = new(relArgs), make(chan struct{})
-		go func() {
-			defer close(x.done)
-			ctx, cancel := context.WithTimeout(context.Background(), c.releaseTimeout)
-			defer cancel()
-			tomb := w.k.tomb + w.id
-			_, _ = c.releaseWith(ctx, x.r, w.k, &tomb, &w.id, &w.member, 0, "1")
-		}()
+		x.done = make(chan struct{})
+		tomb := w.k.tomb + w.id
+		x.start(c, w.k, &tomb, &w.id, &w.member, "1")
 	}
 	c.releaseAllKept()
 	// Close returns once each of those releases was answered, or written
@@ -385,10 +374,23 @@ func (c *Client) leftRun() {
 	}
 }
 
-// abandonedRelease is Close's release of an abandoned waiter's place.
+// abandonedRelease is Close's release of an abandoned waiter's place or
+// of a grant it took from a call.
 type abandonedRelease struct {
 	r    *relArgs
 	done chan struct{}
+}
+
+// start sends the release of identity id (queue member member) on a
+// goroutine, within the release timeout; done closes when it is answered.
+func (x *abandonedRelease) start(c *Client, k *keys, tomb, id, member *string, tombVal string) {
+	x.r = new(relArgs)
+	go func() {
+		defer close(x.done)
+		ctx, cancel := context.WithTimeout(context.Background(), c.releaseTimeout)
+		defer cancel()
+		_, _ = c.releaseWith(ctx, x.r, k, tomb, id, member, 0, tombVal)
+	}()
 }
 
 // Redis returns the client given to New. Tests and adapters use it to
