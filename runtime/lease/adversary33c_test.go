@@ -270,14 +270,7 @@ func TestAdversary33_CloseAtHandoverThenRedisClose(t *testing.T) {
 			})
 		}()
 		adv2WaitQueued(t, xc, key, 1)
-		xin := make(chan time.Time, 1)
-		go func() {
-			_ = xc.Do(ctx, key, lease.Spec{TTL: 2 * time.Second, Deadline: 30 * time.Second, Wait: 25 * time.Second}, func(context.Context) error {
-				xin <- time.Now()
-				return nil
-			})
-		}()
-		adv2WaitQueued(t, xc, key, 2)
+		xin := queueBehind(t, xc, key, 1, nil)
 		time.Sleep(50 * time.Millisecond) // both sleep, their inboxes live
 		p.setDrop(true, true)
 		close(release)
@@ -296,16 +289,11 @@ func TestAdversary33_CloseAtHandoverThenRedisClose(t *testing.T) {
 		if errors.Is(werr, lease.ErrClosed) {
 			closedRounds++
 		}
-		from := time.Now()
-		select {
-		case at := <-xin:
-			t.Logf("round %d: Q's waiter: %v; the third Client's waiter entered %v later", round, werr, at.Sub(from).Round(time.Millisecond))
-		case <-time.After(1500 * time.Millisecond):
-			info, _ := xc.Inspect(ctx, key)
+		if after, info, ok := handedOn(xc, key, xin); ok {
+			t.Logf("round %d: Q's waiter: %v; the third Client's waiter entered %v later", round, werr, after.Round(time.Millisecond))
+		} else {
 			t.Errorf("round %d: Q's waiter returned %v and Q's go-redis client was closed (no call in its function); 1.5s later the key is still held by %q for %v more, and the third Client's waiter waits",
 				round, werr, info.Holder, info.TTL.Round(time.Second))
-			_, _ = xc.ForceRelease(ctx, key, info.Holder)
-			<-xin
 		}
 	}
 	if closedRounds == 0 {
@@ -353,5 +341,42 @@ func TestAdversary33_CloseEndsWatchWaitingOnSilentServer(t *testing.T) {
 		}
 		p.Close()
 		rdb.Close()
+	}
+}
+
+// queueBehind starts a call of xc on key that waits (TTL 2s, Wait 25s)
+// and returns once it is queued behind the ahead entries already there.
+// The channel gets the time the call entered its function, after onEnter
+// (if set) ran there.
+func queueBehind(t *testing.T, xc *lease.Client, key string, ahead int, onEnter func()) <-chan time.Time {
+	t.Helper()
+	xin := make(chan time.Time, 1)
+	go func() {
+		_ = xc.Do(context.Background(), key, lease.Spec{TTL: 2 * time.Second, Deadline: 30 * time.Second, Wait: 25 * time.Second}, func(context.Context) error {
+			if onEnter != nil {
+				onEnter()
+			}
+			xin <- time.Now()
+			return nil
+		})
+	}()
+	adv2WaitQueued(t, xc, key, ahead+1)
+	return xin
+}
+
+// handedOn waits up to 1.5s for the call queueBehind started to enter,
+// and says how long it took. When it does not enter, it returns the key's
+// holder (ok false), after forcing it out so that the call ends.
+func handedOn(xc *lease.Client, key string, xin <-chan time.Time) (after time.Duration, info lease.Info, ok bool) {
+	from := time.Now()
+	select {
+	case at := <-xin:
+		return at.Sub(from), lease.Info{}, true
+	case <-time.After(1500 * time.Millisecond):
+		ctx := context.Background()
+		info, _ := xc.Inspect(ctx, key)
+		_, _ = xc.ForceRelease(ctx, key, info.Holder)
+		<-xin
+		return 0, info, false
 	}
 }

@@ -245,14 +245,7 @@ func TestAdversary34_CloseFromObserverAtHandoverGrant(t *testing.T) {
 		})
 	}()
 	adv2WaitQueued(t, xc, key, 1)
-	xin := make(chan time.Time, 1)
-	go func() {
-		_ = xc.Do(ctx, key, lease.Spec{TTL: 2 * time.Second, Deadline: 30 * time.Second, Wait: 25 * time.Second}, func(context.Context) error {
-			xin <- time.Now()
-			return nil
-		})
-	}()
-	adv2WaitQueued(t, xc, key, 2)
+	xin := queueBehind(t, xc, key, 1, nil)
 	time.Sleep(50 * time.Millisecond)
 	close(release)
 	if err := <-held; err != nil {
@@ -268,19 +261,14 @@ func TestAdversary34_CloseFromObserverAtHandoverGrant(t *testing.T) {
 	}
 	close(proceed)
 	werr := <-wdone
-	from := time.Now()
 	if n := enteredAfterClose.Load(); n != 0 {
 		t.Errorf("the waiter entered its function after Close returned (Do: %v)", werr)
 	}
-	select {
-	case at := <-xin:
-		t.Logf("Q's waiter: %v; the third Client's waiter entered %v later", werr, at.Sub(from).Round(time.Millisecond))
-	case <-time.After(1500 * time.Millisecond):
-		info, _ := xc.Inspect(ctx, key)
+	if after, info, ok := handedOn(xc, key, xin); ok {
+		t.Logf("Q's waiter: %v; the third Client's waiter entered %v later", werr, after.Round(time.Millisecond))
+	} else {
 		t.Errorf("Q's waiter returned %v and Q's go-redis client was closed (no call in its function when Close returned); 1.5s later the key is still held by %q for %v more, and the third Client's waiter waits",
 			werr, info.Holder, info.TTL.Round(time.Second))
-		_, _ = xc.ForceRelease(ctx, key, info.Holder)
-		<-xin
 	}
 }
 
@@ -509,17 +497,11 @@ func TestAdversary34_CloseRacingHandovers(t *testing.T) {
 			}()
 		}
 		adv2WaitQueued(t, xc, key, 3)
-		xin := make(chan time.Time, 1)
-		go func() {
-			_ = xc.Do(ctx, key, lease.Spec{TTL: 2 * time.Second, Deadline: 30 * time.Second, Wait: 25 * time.Second}, func(context.Context) error {
-				if inFn.Load() != 0 {
-					overlap.Add(1)
-				}
-				xin <- time.Now()
-				return nil
-			})
-		}()
-		adv2WaitQueued(t, xc, key, 4)
+		xin := queueBehind(t, xc, key, 3, func() {
+			if inFn.Load() != 0 {
+				overlap.Add(1)
+			}
+		})
 		time.Sleep(30 * time.Millisecond)
 		close(release)
 		time.Sleep(time.Duration(round%4) * 150 * time.Microsecond)
@@ -536,15 +518,10 @@ func TestAdversary34_CloseRacingHandovers(t *testing.T) {
 		if !atOnce {
 			rdbQ.Close()
 		}
-		from := time.Now()
-		select {
-		case at := <-xin:
-			t.Logf("round %d: go-redis closed at once %v; the other Client's waiter entered %v later", round, atOnce, at.Sub(from).Round(time.Millisecond))
-		case <-time.After(1500 * time.Millisecond):
-			info, _ := xc.Inspect(ctx, key)
+		if after, info, ok := handedOn(xc, key, xin); ok {
+			t.Logf("round %d: go-redis closed at once %v; the other Client's waiter entered %v later", round, atOnce, after.Round(time.Millisecond))
+		} else {
 			t.Errorf("round %d: 1.5s after Q's calls returned (go-redis closed at once: %v) the key is still held by %q for %v more", round, atOnce, info.Holder, info.TTL.Round(time.Second))
-			_, _ = xc.ForceRelease(ctx, key, info.Holder)
-			<-xin
 		}
 		if overlap.Load() != 0 {
 			t.Errorf("round %d: the other Client's waiter entered while a call of Q was in its function", round)
