@@ -67,17 +67,7 @@ func TestAdversary33_ReleaseDuringSlotMigrationIsRetried(t *testing.T) {
 			func(context.Context) error { enteredAt = time.Now(); return nil })
 	}()
 	// The waiter is queued before the slot starts moving.
-	deadline := time.Now().Add(2 * time.Second)
-	for {
-		info, err := holder.Inspect(ctx, key)
-		if err == nil && info.Queued > 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the waiter did not queue: %+v %v", info, err)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	adv33WaitQueued(t, holder, key, 2*time.Second)
 
 	m := adv33Migration(t, cl, key)
 	finished := make(chan error, 1)
@@ -425,17 +415,7 @@ func failoverWithQueuedWaiter(t *testing.T, key string, settle time.Duration, ad
 		wdone <- waiterC.Do(ctx, key, lease.Spec{TTL: 2 * time.Second, Deadline: 20 * time.Second, Wait: 15 * time.Second, MinValidity: 200 * time.Millisecond, Fence: true},
 			func(ctx context.Context) error { wtok, _ = lease.TokenFrom(ctx); enteredAt = time.Now(); return nil })
 	}()
-	deadline := time.Now().Add(3 * time.Second)
-	for {
-		info, err := holder.Inspect(ctx, key)
-		if err == nil && info.Queued > 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the waiter did not queue: %+v %v", info, err)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	adv33WaitQueued(t, holder, key, 3*time.Second)
 	time.Sleep(100 * time.Millisecond) // the entry reaches the replicas
 	newPrimary, err := sn.Failover(ctx)
 	if err != nil {
@@ -500,5 +480,20 @@ func TestAdversary33_ReplicatedRenewalsDuringMigrationToNewMaster(t *testing.T) 
 	}
 	if owner, _ := cl.MasterForSlot(ctx, slot); owner != added {
 		t.Fatalf("slot %d not on the new master", slot)
+	}
+}
+
+// adv33WaitQueued waits up to within for key to have a waiter in its
+// queue, through Inspect (which may fail while a slot migrates or a
+// failover runs: it is asked again).
+func adv33WaitQueued(t *testing.T, c *lease.Client, key string, within time.Duration) {
+	t.Helper()
+	var info lease.Info
+	var err error
+	if !waitFor(within, func() bool {
+		info, err = c.Inspect(context.Background(), key)
+		return err == nil && info.Queued > 0
+	}) {
+		t.Fatalf("the waiter did not queue: %+v %v", info, err)
 	}
 }
