@@ -330,31 +330,10 @@ func TestAdversary30_ClusterACLRecipeMigration(t *testing.T) {
 				}
 			}
 			const ttl = 600 * time.Millisecond
-			err := c.Do(ctx, key, lease.Spec{TTL: ttl, Deadline: 10 * time.Second}, func(ctx context.Context) error {
-				m, err := cl.BeginMigration(ctx, slot, to)
-				if err != nil {
-					return err
-				}
-				if _, err := m.MoveKeys(ctx, 0); err != nil {
-					return err
-				}
-				select {
-				case <-ctx.Done():
-				case <-time.After(3 * ttl):
-				}
-				if err := m.Finish(context.Background()); err != nil {
-					t.Fatal(err)
-				}
-				return context.Cause(ctx)
-			})
+			err := c.Do(ctx, key, lease.Spec{TTL: ttl, Deadline: 10 * time.Second}, migrateWhileHeld(t, cl, slot, to, 3*ttl))
 			if err != nil {
 				t.Errorf("README cluster ACL, migration of 3 TTLs: %v", err)
-				for _, e := range rec.Events() {
-					if e.Kind == lease.EventRenewFailed {
-						t.Logf("%v", e.Err)
-						break
-					}
-				}
+				logFirstRenewFailure(t, rec)
 			}
 		})
 	}
@@ -397,10 +376,11 @@ func TestAdversary30_KeptLeaseReplicaPromoted(t *testing.T) {
 }
 
 // migrateWhileHeld is a protected function that migrates slot to the
-// master to while it holds the lease: the keys move at once, and the slot
-// is assigned to it after hold (or when the lease's context ends). It
-// returns the context's cause (nil when the lease held throughout).
-func migrateWhileHeld(t *testing.T, cl *leasetest.Cluster, slot int, to *leasetest.Server, hold time.Duration) func(context.Context) error {
+// master to while it holds the lease: the keys move at once (then moved
+// runs, if given), and the slot is assigned to it after hold (or when the
+// lease's context ends). It returns the context's cause (nil when the
+// lease held throughout).
+func migrateWhileHeld(t *testing.T, cl *leasetest.Cluster, slot int, to *leasetest.Server, hold time.Duration, moved ...func()) func(context.Context) error {
 	return func(ctx context.Context) error {
 		m, err := cl.BeginMigration(ctx, slot, to)
 		if err != nil {
@@ -408,6 +388,9 @@ func migrateWhileHeld(t *testing.T, cl *leasetest.Cluster, slot int, to *leasete
 		}
 		if _, err := m.MoveKeys(ctx, 0); err != nil {
 			return err
+		}
+		for _, f := range moved {
+			f()
 		}
 		select {
 		case <-ctx.Done():

@@ -452,11 +452,30 @@ func failoverWithQueuedWaiter(t *testing.T, key string, settle time.Duration, ad
 // (TestAdversary30_ClusterReplicatedRenewalsDuringLongMigration moved it
 // between masters the client knew).
 func TestAdversary33_ReplicatedRenewalsDuringMigrationToNewMaster(t *testing.T) {
+	cl, c, rec, added := clusterGrown(t)
+	ctx := context.Background()
+	key := "adv33-newmaster"
+	slot := leasetest.Slot(lockKey(key))
+	const ttl = 600 * time.Millisecond
+	err := c.Do(ctx, key, lease.Spec{TTL: ttl, Deadline: 10 * time.Second}, migrateWhileHeld(t, cl, slot, added, 3*ttl))
+	if err != nil {
+		logFirstRenewFailure(t, rec)
+		t.Fatalf("the held lease across a migration of 3 TTLs onto a new master: %v", err)
+	}
+	if owner, _ := cl.MasterForSlot(ctx, slot); owner != added {
+		t.Fatalf("slot %d not on the new master", slot)
+	}
+}
+
+// clusterGrown starts a Cluster of 3 masters with a replica each and a
+// Client that waits for 1 replica and knows the slot map, then adds a
+// master without slots (scale-out), which no slot map lists yet.
+func clusterGrown(t *testing.T) (*leasetest.Cluster, *lease.Client, *leasetest.Recorder, *leasetest.Server) {
+	t.Helper()
 	cl := leasetest.StartClusterReplicas(t, 3, 1)
 	ctx := context.Background()
 	c, rec := newClient(t, cl.Client(t), lease.WithReplicas(1, 100*time.Millisecond))
-	// The client knows the cluster before it grows.
-	if err := c.Do(ctx, "adv33-warm", lease.Spec{TTL: time.Second, Deadline: 2 * time.Second}, func(context.Context) error { return nil }); err != nil {
+	if err := c.Do(ctx, "warm", lease.Spec{TTL: time.Second, Deadline: 2 * time.Second}, nop); err != nil {
 		t.Fatal(err)
 	}
 	actx, cancel := context.WithTimeout(ctx, 30*time.Second)
@@ -465,21 +484,17 @@ func TestAdversary33_ReplicatedRenewalsDuringMigrationToNewMaster(t *testing.T) 
 	if err != nil {
 		t.Fatal(err)
 	}
-	key := "adv33-newmaster"
-	slot := leasetest.Slot(lockKey(key))
-	const ttl = 600 * time.Millisecond
-	err = c.Do(ctx, key, lease.Spec{TTL: ttl, Deadline: 10 * time.Second}, migrateWhileHeld(t, cl, slot, added, 3*ttl))
-	if err != nil {
-		for _, e := range rec.Events() {
-			if e.Kind == lease.EventRenewFailed {
-				t.Logf("%v", e.Err)
-				break
-			}
+	return cl, c, rec, added
+}
+
+// logFirstRenewFailure logs the first EventRenewFailed rec saw.
+func logFirstRenewFailure(t *testing.T, rec *leasetest.Recorder) {
+	t.Helper()
+	for _, e := range rec.Events() {
+		if e.Kind == lease.EventRenewFailed {
+			t.Logf("%v", e.Err)
+			return
 		}
-		t.Fatalf("the held lease across a migration of 3 TTLs onto a new master: %v", err)
-	}
-	if owner, _ := cl.MasterForSlot(ctx, slot); owner != added {
-		t.Fatalf("slot %d not on the new master", slot)
 	}
 }
 

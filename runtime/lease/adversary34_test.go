@@ -351,46 +351,15 @@ func TestAdversary34_CloseFromObserverAtKeptTake(t *testing.T) {
 // renewing there after Close, as without Close
 // (TestAdversary33_ReplicatedRenewalsDuringMigrationToNewMaster).
 func TestAdversary34_CloseDuringMigrationToNewMasterKeepsRunningCall(t *testing.T) {
-	cl := leasetest.StartClusterReplicas(t, 3, 1)
-	ctx := context.Background()
-	c, rec := newClient(t, cl.Client(t), lease.WithReplicas(1, 100*time.Millisecond))
-	if err := c.Do(ctx, "adv34-warm", lease.Spec{TTL: time.Second, Deadline: 2 * time.Second}, nop); err != nil {
-		t.Fatal(err)
-	}
-	actx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	added, err := cl.AddMaster(actx, 1)
-	if err != nil {
-		t.Fatal(err)
-	}
+	cl, c, rec, added := clusterGrown(t)
 	key := "adv34-newmaster-close"
 	slot := leasetest.Slot(lockKey(key))
 	const ttl = 600 * time.Millisecond
-	err = c.Do(ctx, key, lease.Spec{TTL: ttl, Deadline: 10 * time.Second}, func(ctx context.Context) error {
-		m, err := cl.BeginMigration(ctx, slot, added)
-		if err != nil {
-			return err
-		}
-		if _, err := m.MoveKeys(ctx, 0); err != nil {
-			return err
-		}
-		c.Close() // this call is in its function: it keeps its lease
-		select {
-		case <-ctx.Done():
-		case <-time.After(3 * ttl):
-		}
-		if err := m.Finish(context.Background()); err != nil {
-			t.Fatal(err)
-		}
-		return context.Cause(ctx)
-	})
+	// c.Close once the keys moved: this call is in its function, so it
+	// keeps its lease.
+	err := c.Do(context.Background(), key, lease.Spec{TTL: ttl, Deadline: 10 * time.Second}, migrateWhileHeld(t, cl, slot, added, 3*ttl, func() { c.Close() }))
 	if err != nil {
-		for _, e := range rec.Events() {
-			if e.Kind == lease.EventRenewFailed {
-				t.Logf("%v", e.Err)
-				break
-			}
-		}
+		logFirstRenewFailure(t, rec)
 		t.Fatalf("a call in its function when Close came, across a migration of 3 TTLs onto a new master: %v", err)
 	}
 }
