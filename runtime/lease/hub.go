@@ -536,7 +536,10 @@ func (h *waitHub) close() (abandoned []*waiter) {
 	h.mu.Lock()
 	if !h.closed {
 		h.closed = true
-		close(h.closing)
+		// Abandon the sleeping waiters before closing h.closing: a waiter
+		// woken by it first would take itself back (asleep to active) and
+		// give up its place after Close returned, when the go-redis
+		// client may be closed.
 		for _, cs := range h.chans {
 			for _, w := range cs.waiters {
 				if w.k != nil && w.member != "" && w.state.CompareAndSwap(waiterAsleep, waiterAbandoned) {
@@ -544,6 +547,7 @@ func (h *waitHub) close() (abandoned []*waiter) {
 				}
 			}
 		}
+		close(h.closing)
 	}
 	h.mu.Unlock()
 	select {
