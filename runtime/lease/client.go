@@ -39,6 +39,7 @@ type Client struct {
 
 	hub    *waitHub
 	renew  *renewer
+	clock  clock // validity watchers, release deadlines, keeps' ends
 	closed atomic.Bool
 
 	// When a release's message was last reported refused (UnixNano; see

@@ -139,7 +139,8 @@ type call struct {
 	// fn's contexts (makeContexts), its context with the lease (run), and
 	// the acquire's and release's contexts, allocated with the call.
 	cancelLost     context.CancelCauseFunc
-	cancelDeadline context.CancelFunc
+	cancelDeadline context.CancelFunc // nil: dctx is the deadline (endDeadline)
+	dctx           deadlineCtx
 	fctx           refCtx
 	acq            limitCtx
 	rctx           releaseCtx // the release's context

@@ -22,9 +22,9 @@ import (
 // kept is one lease the Client keeps between calls.
 type kept struct {
 	l      *Lease
-	inUse  bool        // a call is using it
-	wanted bool        // a waiter elsewhere asked for it: release after the call
-	timer  *time.Timer // ends the keep
+	inUse  bool // a call is using it
+	wanted bool // a waiter elsewhere asked for it: release after the call
+	end    tick // ends the keep (see fire)
 }
 
 // keep is called when a call using l returns with the lease intact: it
@@ -86,10 +86,8 @@ func (c *Client) keep(l *Lease, a *call) bool {
 		e = &kept{l: l}
 		c.kept[l.key] = e
 		c.keptByChannel[l.a.k.channel] = l.key
-		e.timer = time.AfterFunc(a.spec.Keep, func() { c.keepEnded(e) })
-	} else {
-		e.timer.Reset(a.spec.Keep)
 	}
+	c.clock.set(&e.end, time.Now().Add(a.spec.Keep), e)
 	// Renewed until the keep ends, before the lease can be taken (inUse
 	// false, under keptMu): a call that takes it sets its own end, which
 	// this must not overwrite afterwards (renewals would stop at the
@@ -129,7 +127,7 @@ func (c *Client) takeKept(key string, spec Spec, deadline time.Time) *Lease {
 		return nil
 	}
 	e.inUse = true
-	e.timer.Stop()
+	c.clock.stop(&e.end)
 	c.keptMu.Unlock()
 	if !c.hub.trusted(l.a.k.channel) {
 		// A release from outside would not be heard, or may have been
@@ -173,9 +171,12 @@ func (c *Client) unkeep(l *Lease) {
 func (c *Client) forgetLocked(e *kept) {
 	delete(c.kept, e.l.key)
 	delete(c.keptByChannel, e.l.a.k.channel)
-	e.timer.Stop()
+	c.clock.stop(&e.end)
 	e.l.kept.Store(false)
 }
+
+// fire is the end of the keep, on the Client's clock.
+func (e *kept) fire() { e.l.a.c.keepEnded(e) }
 
 // keepEnded releases a kept lease whose keep ran out unused.
 func (c *Client) keepEnded(e *kept) {

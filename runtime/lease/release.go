@@ -28,7 +28,7 @@ func (a *call) release(ctx context.Context, hold time.Duration) released {
 	if cap := now.Add(a.c.releaseTimeout); cap.Before(dl) {
 		dl = cap
 	}
-	a.rctx = releaseCtx{parent: ctx, dl: dl}
+	a.rctx = releaseCtx{parent: ctx, dl: dl, k: &a.c.clock}
 	defer a.rctx.stop()
 	res, err := a.sendRelease(&a.rctx, hold)
 	r := released{res: res, at: time.Now()}

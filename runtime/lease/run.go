@@ -17,7 +17,7 @@ func (a *call) run(ctx context.Context, l *Lease, fn func(context.Context) error
 	if a.lctx == nil {
 		a.makeContexts(ctx)
 	}
-	dctx, cancelLost, cancelDeadline := a.lctx, a.cancelLost, a.cancelDeadline
+	dctx, cancelLost := a.lctx, a.cancelLost
 	l.setCall(cancelLost)
 	if l.isLost() {
 		// Lost while passing to this call (a kept lease): the loss
@@ -49,7 +49,7 @@ func (a *call) run(ctx context.Context, l *Lease, fn func(context.Context) error
 		}
 		deadlineHit := dctx.Err() != nil && errors.Is(context.Cause(dctx), ErrDeadline)
 		cancelLost(errEnded) // first: dctx and nested calls inherit this cause
-		cancelDeadline()
+		a.endDeadline()
 		if entered && returned && !l.isLost() && a.c.keep(l, a) {
 			// Kept (Spec.Keep): renewed, released later or reused. Lost
 			// while keep asked Redis (fn had returned in time, so the call
@@ -156,12 +156,35 @@ func (a *call) run(ctx context.Context, l *Lease, fn func(context.Context) error
 // also bounds (see acquireOnce): one cancelled with the loss's cause, and
 // under it one with the call's deadline (none for a leader term, which
 // runs until ctx ends). A call that does not enter fn stops them.
+//
+// The deadline is the call's deadlineCtx, on the Client's clock, with the
+// loss's context under it; context.WithDeadlineCause under the loss's, as
+// before, only if the context package's lookup key could not be learnt
+// (see cancelCtxKey): without it the deadline's Cause would not be
+// ErrDeadline.
 func (a *call) makeContexts(ctx context.Context) {
-	lctx, cancelLost := context.WithCancelCause(ctx)
-	a.lctx, a.cancelLost, a.cancelDeadline = lctx, cancelLost, context.CancelFunc(nop)
-	if !a.unbounded {
+	switch {
+	case a.unbounded:
+		a.lctx, a.cancelLost = context.WithCancelCause(ctx)
+		a.cancelDeadline = nop
+	case cancelCtxKey == nil:
+		lctx, cancelLost := context.WithCancelCause(ctx)
+		a.cancelLost = cancelLost
 		a.lctx, a.cancelDeadline = context.WithDeadlineCause(lctx, a.end.Add(-a.reserve), ErrDeadline)
+	default:
+		a.dctx.start(ctx, a.end.Add(-a.reserve), &a.c.clock)
+		a.lctx, a.cancelLost = context.WithCancelCause(&a.dctx)
+		a.cancelDeadline = nil // endDeadline stops dctx
 	}
+}
+
+// endDeadline ends the deadline's context (the call is over).
+func (a *call) endDeadline() {
+	if a.cancelDeadline != nil {
+		a.cancelDeadline()
+		return
+	}
+	a.dctx.stop()
 }
 
 func nop() {}
@@ -169,7 +192,7 @@ func nop() {}
 // stopContexts ends the contexts of a call that did not enter fn.
 func (a *call) stopContexts() {
 	if a.lctx != nil {
-		a.cancelDeadline()
+		a.endDeadline()
 		a.cancelLost(nil)
 	}
 }
@@ -243,10 +266,11 @@ type releaseCtx struct {
 	parent context.Context
 	dl     time.Time
 
-	mu    sync.Mutex
-	done  chan struct{}
-	timer *time.Timer
-	err   error // set when done is closed
+	k      *clock // the Client's: the deadline's tick runs on it
+	mu     sync.Mutex
+	done   chan struct{}
+	dlTick tick  // closes done at dl, once Done was asked for
+	err    error // set when done is closed
 }
 
 func (c *releaseCtx) Deadline() (time.Time, bool) { return c.dl, true }
@@ -261,8 +285,8 @@ func (c *releaseCtx) Done() <-chan struct{} {
 		case d <= 0:
 			c.done, c.err = closedChan, context.DeadlineExceeded
 		default:
-			ch := make(chan struct{})
-			c.done, c.timer = ch, time.AfterFunc(d, func() { c.end(ch, context.DeadlineExceeded) })
+			c.done = make(chan struct{})
+			c.k.set(&c.dlTick, c.dl, c)
 		}
 	}
 	return c.done
@@ -295,16 +319,19 @@ func (c *releaseCtx) Value(key any) any {
 	return v
 }
 
-// end closes done (ch, if the timer's) with err, once.
-func (c *releaseCtx) end(ch chan struct{}, err error) {
+// fire is the deadline, on the Client's clock.
+func (c *releaseCtx) fire() { c.end(context.DeadlineExceeded) }
+
+// end closes done with err, once.
+func (c *releaseCtx) end(err error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.err != nil || ch != nil && c.done != ch {
+	if c.err != nil {
 		return
 	}
 	c.err = err
-	if c.timer != nil {
-		c.timer.Stop()
+	if c.k != nil {
+		c.k.stop(&c.dlTick)
 	}
 	if c.done == nil {
 		c.done = closedChan
@@ -314,7 +341,7 @@ func (c *releaseCtx) end(ch chan struct{}, err error) {
 }
 
 // stop ends the context (Canceled), once the release is done.
-func (c *releaseCtx) stop() { c.end(nil, context.Canceled) }
+func (c *releaseCtx) stop() { c.end(context.Canceled) }
 
 // cancelCtxKey is the key the context package asks a context's Value for
 // to find its cancelCtx (context.Cause asks it of a done context): learnt
@@ -357,10 +384,10 @@ func (a *call) lossCause(l *Lease, what string) error {
 // valid-until, where it cancels fn's context whatever renewal is doing, so
 // loss cancels fn at once rather than at the next renewal.
 type watcher struct {
-	a     *call
-	l     *Lease
-	r     renewal
-	timer *time.Timer
+	a *call
+	l *Lease
+	r renewal
+	t tick // on the Client's clock: the first renewal's due time, then valid-until
 
 	mu         sync.Mutex // orders fire's registration against stop
 	registered bool
@@ -373,12 +400,10 @@ func (a *call) watch(l *Lease) *watcher {
 	w.a, w.l = a, l
 	w.r = renewal{a: a, l: l, interval: interval, slack: min(batchWindow, interval/8), index: -1, end: a.end}
 	w.r.setNext(a.sent.Add(interval))
-	// Armed once, at its due time (a second operation, arming far off and
-	// then resetting, costs the runtime another timer update). Under w.mu:
-	// fire, which reads w.timer, waits for it (a late grant's first renewal
-	// may be due at once).
+	// Set once, at its due time. Under w.mu: fire waits for it (a late
+	// grant's first renewal may be due at once).
 	w.mu.Lock()
-	w.timer = time.AfterFunc(time.Until(w.r.next), w.fire)
+	a.c.clock.set(&w.t, w.r.next, w)
 	w.mu.Unlock()
 	return w
 }
@@ -401,8 +426,8 @@ func (w *watcher) fire() {
 		w.a.c.renew.add(&w.r)
 	}
 	w.mu.Unlock()
-	if left := time.Until(l.valid()); left > 0 {
-		w.timer.Reset(left) // renewed meanwhile, or the first renewal just queued
+	if valid := l.valid(); time.Now().Before(valid) {
+		w.a.c.clock.set(&w.t, valid, w) // renewed meanwhile, or the first renewal just queued
 		return
 	}
 	what := "its validity ran out before a renewal was confirmed"
@@ -440,5 +465,5 @@ func (w *watcher) stop() {
 	if registered {
 		w.a.c.renew.remove(&w.r)
 	}
-	w.timer.Stop()
+	w.a.c.clock.stop(&w.t)
 }
