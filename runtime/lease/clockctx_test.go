@@ -11,10 +11,13 @@ import (
 	"github.com/leasegen/leasegen/runtime/lease"
 )
 
-// fn's deadline runs on the Client's clock, not on a runtime timer of its
-// own (issue #15): what fn and the contexts it derives see must be what
-// context.WithDeadlineCause would show them, whoever ends the context.
-func TestFnContextOnTheClientsClock(t *testing.T) {
+// fn's context and the contexts it derives, whoever ends them: the
+// deadline (DeadlineExceeded, cause ErrDeadline), the caller (its cause),
+// the caller's earlier deadline, a caller's context of its own type; and
+// no goroutine per running call. (The call's other timed work runs on the
+// Client's clock, issue #15; the deadline stays a standard context, see
+// makeContexts.)
+func TestFnContextDeadlineAndCancellation(t *testing.T) {
 	c, _ := newClient(t, shared.Client(t))
 	ctx := context.Background()
 
@@ -100,8 +103,8 @@ func TestFnContextOnTheClientsClock(t *testing.T) {
 		}
 	})
 
-	// The context package attaches fn's context to the deadline without a
-	// goroutine (the deadline is an afterFuncer): none per running call.
+	// The context package attaches fn's context to its parents without a
+	// goroutine: none per running call.
 	t.Run("no goroutine per call", func(t *testing.T) {
 		const n = 40
 		before := runtime.NumGoroutine()

@@ -139,8 +139,7 @@ type call struct {
 	// fn's contexts (makeContexts), its context with the lease (run), and
 	// the acquire's and release's contexts, allocated with the call.
 	cancelLost     context.CancelCauseFunc
-	cancelDeadline context.CancelFunc // nil: dctx is the deadline (endDeadline)
-	dctx           deadlineCtx
+	cancelDeadline context.CancelFunc
 	fctx           refCtx
 	acq            limitCtx
 	rctx           releaseCtx // the release's context

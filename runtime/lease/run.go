@@ -157,35 +157,24 @@ func (a *call) run(ctx context.Context, l *Lease, fn func(context.Context) error
 // under it one with the call's deadline (none for a leader term, which
 // runs until ctx ends). A call that does not enter fn stops them.
 //
-// The deadline is the call's deadlineCtx, on the Client's clock, with the
-// loss's context under it; context.WithDeadlineCause under the loss's, as
-// before, only if the context package's lookup key could not be learnt
-// (see cancelCtxKey): without it the deadline's Cause would not be
-// ErrDeadline.
+// The deadline stays a standard context with a runtime timer of its own,
+// unlike the call's other timed work (see clock): a context of another
+// type between the caller's and fn's would hear of the caller's
+// cancellation only through context.AfterFunc, on a goroutine, so fn's
+// context would end a moment after the caller's cancel returned instead of
+// within it (TestAdversary35_CallerCancelReachesFnContextBeforeCancelReturns);
+// and only the standard timer context ends its children with
+// DeadlineExceeded.
 func (a *call) makeContexts(ctx context.Context) {
-	switch {
-	case a.unbounded:
-		a.lctx, a.cancelLost = context.WithCancelCause(ctx)
-		a.cancelDeadline = nop
-	case cancelCtxKey == nil:
-		lctx, cancelLost := context.WithCancelCause(ctx)
-		a.cancelLost = cancelLost
+	lctx, cancelLost := context.WithCancelCause(ctx)
+	a.lctx, a.cancelLost, a.cancelDeadline = lctx, cancelLost, context.CancelFunc(nop)
+	if !a.unbounded {
 		a.lctx, a.cancelDeadline = context.WithDeadlineCause(lctx, a.end.Add(-a.reserve), ErrDeadline)
-	default:
-		a.dctx.start(ctx, a.end.Add(-a.reserve), &a.c.clock)
-		a.lctx, a.cancelLost = context.WithCancelCause(&a.dctx)
-		a.cancelDeadline = nil // endDeadline stops dctx
 	}
 }
 
 // endDeadline ends the deadline's context (the call is over).
-func (a *call) endDeadline() {
-	if a.cancelDeadline != nil {
-		a.cancelDeadline()
-		return
-	}
-	a.dctx.stop()
-}
+func (a *call) endDeadline() { a.cancelDeadline() }
 
 func nop() {}
 
@@ -425,11 +414,16 @@ func (w *watcher) fire() {
 		w.registered = true
 		w.a.c.renew.add(&w.r)
 	}
-	w.mu.Unlock()
 	if valid := l.valid(); time.Now().Before(valid) {
-		w.a.c.clock.set(&w.t, valid, w) // renewed meanwhile, or the first renewal just queued
+		// Renewed meanwhile, or the first renewal just queued. Under w.mu:
+		// a stop that came after the check above would find the tick
+		// already taken off by this firing, and this set would put it
+		// back for a call that has ended (TestAdversary35_WatcherTickNotLeftAfterStop).
+		w.a.c.clock.set(&w.t, valid, w)
+		w.mu.Unlock()
 		return
 	}
+	w.mu.Unlock()
 	what := "its validity ran out before a renewal was confirmed"
 	rn := w.a.c.renew
 	rn.mu.Lock()
