@@ -23,7 +23,7 @@ import (
 //
 // A due task runs in a goroutine of its own, as time.AfterFunc's function
 // would: a task that blocks (a loss reported to a slow Observer) holds up
-// no other.
+// no other (the last one of a firing runs on the timer's goroutine).
 type clock struct {
 	mu    sync.Mutex
 	q     clockQueue
@@ -97,8 +97,15 @@ func (k *clock) run() {
 		k.arm(k.q[0].when)
 	}
 	k.mu.Unlock()
-	for _, f := range due {
-		go f.fire()
+	// The last on this goroutine (the timer's own, started for this
+	// firing): the timer is armed again already, so even a task that
+	// blocks holds up no later one; most firings start one task.
+	for i, f := range due {
+		if i == len(due)-1 {
+			f.fire()
+		} else {
+			go f.fire()
+		}
 	}
 }
 

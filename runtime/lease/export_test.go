@@ -14,7 +14,7 @@ func SetRenewedHook(f func()) (restore func()) {
 
 // StopValidityTimer disarms l's validity timer, as if its goroutine never
 // got to run: only the renewer and Do's own checks can end the lease.
-func StopValidityTimer(l *Lease) { l.a.c.clock.stop(&l.w.t) }
+func StopValidityTimer(l *Lease) { l.w.timer.Stop() }
 
 // SetCheckKeptHook makes f run in the background check of a kept lease
 // (after a notice on its key's channel), between finding the lease and
@@ -26,7 +26,7 @@ func SetCheckKeptHook(f func()) (restore func()) {
 
 // RearmValidityTimer makes l's validity timer fire after d (a timer
 // goroutine that runs late, but runs).
-func RearmValidityTimer(l *Lease, d time.Duration) { l.a.c.clock.set(&l.w.t, time.Now().Add(d), l.w) }
+func RearmValidityTimer(l *Lease, d time.Duration) { l.w.timer.Reset(d) }
 
 // CommandTableReady returns the channel a Cluster Client closes once its
 // command-table load is over (nil for a single server).

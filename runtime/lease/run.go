@@ -376,7 +376,12 @@ type watcher struct {
 	a *call
 	l *Lease
 	r renewal
-	t tick // on the Client's clock: the first renewal's due time, then valid-until
+	// timer: the first renewal's due time, then valid-until. A runtime
+	// timer of its own, not the Client's clock: with many leases held the
+	// watchers fire thousands of times a second, which cost a tenth more
+	// CPU on the clock's one heap and lock (cmd/leasebench -run 3:
+	// 10.6–11.0% of a core against 8.6–9.1%).
+	timer *time.Timer
 
 	mu         sync.Mutex // orders fire's registration against stop
 	registered bool
@@ -389,10 +394,12 @@ func (a *call) watch(l *Lease) *watcher {
 	w.a, w.l = a, l
 	w.r = renewal{a: a, l: l, interval: interval, slack: min(batchWindow, interval/8), index: -1, end: a.end}
 	w.r.setNext(a.sent.Add(interval))
-	// Set once, at its due time. Under w.mu: fire waits for it (a late
-	// grant's first renewal may be due at once).
+	// Armed once, at its due time (a second operation, arming far off and
+	// then resetting, costs the runtime another timer update). Under w.mu:
+	// fire, which reads w.timer, waits for it (a late grant's first renewal
+	// may be due at once).
 	w.mu.Lock()
-	a.c.clock.set(&w.t, w.r.next, w)
+	w.timer = time.AfterFunc(time.Until(w.r.next), w.fire)
 	w.mu.Unlock()
 	return w
 }
@@ -416,10 +423,10 @@ func (w *watcher) fire() {
 	}
 	if valid := l.valid(); time.Now().Before(valid) {
 		// Renewed meanwhile, or the first renewal just queued. Under w.mu:
-		// a stop that came after the check above would find the tick
-		// already taken off by this firing, and this set would put it
-		// back for a call that has ended (TestAdversary35_WatcherTickNotLeftAfterStop).
-		w.a.c.clock.set(&w.t, valid, w)
+		// a stop that came after the check above would find the timer
+		// already fired, and this Reset would arm it again for a call that
+		// has ended (TestAdversary35_WatcherTickNotLeftAfterStop).
+		w.timer.Reset(time.Until(valid))
 		w.mu.Unlock()
 		return
 	}
@@ -459,5 +466,5 @@ func (w *watcher) stop() {
 	if registered {
 		w.a.c.renew.remove(&w.r)
 	}
-	w.a.c.clock.stop(&w.t)
+	w.timer.Stop()
 }
