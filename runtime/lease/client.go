@@ -39,7 +39,7 @@ type Client struct {
 
 	hub    *waitHub
 	renew  *renewer
-	clock  clock // validity watchers, release deadlines, keeps' ends
+	clock  clock // release deadlines, keeps' ends
 	closed atomic.Bool
 
 	// When a release's message was last reported refused (UnixNano; see

@@ -6,14 +6,18 @@ import (
 	"time"
 )
 
-// clock runs a Client's timed work on one runtime timer: its leases'
-// validity watchers, its releases' deadlines and the ends of its kept
-// leases. Most of that work never comes due (a call shorter than TTL/3
-// never renews, a release is answered long before its deadline, a kept
-// lease is taken again), yet a runtime timer per task is armed and
+// clock runs a Client's per-call timed work on one runtime timer: its
+// releases' deadlines and the ends of its kept leases. That work almost
+// never comes due (a release is answered long before its deadline, a kept
+// lease is taken again), yet a runtime timer per task was armed and
 // stopped on every call, and arming one that comes due before the others
 // of its P wakes a second thread to watch it (an eventfd write or a
 // futex: a cold wake on a shared machine, on the hot path).
+//
+// Not on it: fn's deadline (a standard context, see makeContexts) and the
+// validity watchers, whose timers do come due (thousands of times a
+// second with many leases held) and cost more through one heap and lock
+// than on the runtime's timers (see watcher).
 //
 // The clock re-arms its timer only for a task due before the time the
 // timer is armed for. A task taken off leaves the timer as it is: the

@@ -17,7 +17,7 @@ func (a *call) run(ctx context.Context, l *Lease, fn func(context.Context) error
 	if a.lctx == nil {
 		a.makeContexts(ctx)
 	}
-	dctx, cancelLost := a.lctx, a.cancelLost
+	dctx, cancelLost, cancelDeadline := a.lctx, a.cancelLost, a.cancelDeadline
 	l.setCall(cancelLost)
 	if l.isLost() {
 		// Lost while passing to this call (a kept lease): the loss
@@ -49,7 +49,7 @@ func (a *call) run(ctx context.Context, l *Lease, fn func(context.Context) error
 		}
 		deadlineHit := dctx.Err() != nil && errors.Is(context.Cause(dctx), ErrDeadline)
 		cancelLost(errEnded) // first: dctx and nested calls inherit this cause
-		a.endDeadline()
+		cancelDeadline()
 		if entered && returned && !l.isLost() && a.c.keep(l, a) {
 			// Kept (Spec.Keep): renewed, released later or reused. Lost
 			// while keep asked Redis (fn had returned in time, so the call
@@ -173,15 +173,12 @@ func (a *call) makeContexts(ctx context.Context) {
 	}
 }
 
-// endDeadline ends the deadline's context (the call is over).
-func (a *call) endDeadline() { a.cancelDeadline() }
-
 func nop() {}
 
 // stopContexts ends the contexts of a call that did not enter fn.
 func (a *call) stopContexts() {
 	if a.lctx != nil {
-		a.endDeadline()
+		a.cancelDeadline()
 		a.cancelLost(nil)
 	}
 }
