@@ -35,10 +35,12 @@ func (a *call) acquireOnce(ctx context.Context, waitUntil time.Time) (*Lease, ti
 		// Under fn's context when Do made it (a request waiting for a
 		// connection then waits no longer than the call's budget), or a
 		// deadline context of its own.
-		var actx context.Context = &a.acq
+		var actx context.Context
 		cancel := context.CancelFunc(nop)
 		if a.lctx != nil {
-			a.acq = limitCtx{Context: a.lctx, limit: limit}
+			g := a.grant()
+			g.acq = limitCtx{Context: a.lctx, limit: limit}
+			actx = &g.acq
 		} else {
 			actx, cancel = context.WithDeadline(ctx, limit)
 		}
@@ -141,7 +143,7 @@ func (a *call) written() bool {
 // granted makes the call's lease for a confirmed grant (a.sent and a.token
 // set).
 func (a *call) granted(tok Token, validUntil time.Time) *Lease {
-	l := &a.lease // one allocation with the call
+	l := &a.grant().lease // one allocation with the call (see newCall)
 	l.c, l.a, l.key, l.owner, l.token, l.fenced = a.c, a, a.key, a.id, tok, a.spec.Fence
 	l.validUntil, l.lost = validUntil, make(chan struct{})
 	l.cur.Store(a)

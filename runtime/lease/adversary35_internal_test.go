@@ -185,7 +185,7 @@ func TestAdversary35_WatcherTickNotLeftAfterStop(t *testing.T) {
 		l := &Lease{lost: make(chan struct{})}
 		l.validUntil = time.Now().Add(time.Hour)
 		a := &call{c: c}
-		w := &a.w
+		w := &a.grant().w
 		w.a, w.l = a, l
 		w.r = renewal{a: a, l: l, index: -1, end: l.validUntil}
 		w.registered = true // the first renewal was queued already

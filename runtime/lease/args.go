@@ -106,7 +106,7 @@ type acqArgs struct {
 func (a *call) newAcqArgs() *acqArgs {
 	if !a.acqUsed {
 		a.acqUsed = true
-		a.curAcq = &a.acqArgs
+		a.curAcq = &a.grant().acqArgs
 	} else {
 		a.curAcq = new(acqArgs)
 	}

@@ -1,6 +1,9 @@
 package lease
 
-import "time"
+import (
+	"context"
+	"time"
+)
 
 // Hooks for the package's external tests: they let a test play a
 // scheduler that runs some goroutine late.
@@ -31,3 +34,14 @@ func RearmValidityTimer(l *Lease, d time.Duration) { l.w.timer.Reset(d) }
 // CommandTableReady returns the channel a Cluster Client closes once its
 // command-table load is over (nil for a single server).
 func CommandTableReady(c *Client) <-chan struct{} { return c.cmdTable }
+
+// CallHasGrantPart reports whether the call whose function got ctx was
+// made with the parts only a call that acquires uses (see grantPart); ok
+// is false when ctx carries no lease.
+func CallHasGrantPart(ctx context.Context) (has, ok bool) {
+	r, _ := ctx.Value(ctxKey{}).(*leaseRef)
+	if r == nil {
+		return false, false
+	}
+	return r.a.g != nil, true
+}

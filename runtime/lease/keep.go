@@ -87,13 +87,14 @@ func (c *Client) keep(l *Lease, a *call) bool {
 		c.kept[l.key] = e
 		c.keptByChannel[l.a.k.channel] = l.key
 	}
-	c.clock.set(&e.end, time.Now().Add(a.spec.Keep), e)
+	until := time.Now().Add(a.spec.Keep)
+	c.clock.set(&e.end, until, e)
 	// Renewed until the keep ends, before the lease can be taken (inUse
 	// false, under keptMu): a call that takes it sets its own end, which
 	// this must not overwrite afterwards (renewals would stop at the
 	// keep's end while that call's fn runs). extend takes the watcher's
 	// and the renewer's locks, never keptMu.
-	l.w.extend(time.Now().Add(a.spec.Keep))
+	l.w.extend(until)
 	e.inUse = false
 	l.kept.Store(true)
 	c.keptMu.Unlock()

@@ -3,6 +3,7 @@ package lease_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -341,4 +342,67 @@ func TestKeptLeaseStaleNoticeIsChecked(t *testing.T) {
 		t.Fatalf("the loss was noticed %v after the notice", took)
 	}
 	mustIs(t, <-done, lease.ErrLost)
+}
+
+// A call with Keep is made without the parts only an acquire uses (its
+// first acquire's arguments, a lease and a watcher: a third of a call),
+// since it usually takes the lease kept by the call before. One that finds
+// nothing kept gets them when it acquires after all: the first call of an
+// episode, a call on another key while one is kept, a nested call on
+// another key, a call after the keep ended. Each such call holds its lease
+// and can keep it in turn.
+func TestKeptCallIsMadeWithoutTheAcquirePart(t *testing.T) {
+	rdb := shared.Client(t)
+	c, _ := newClient(t, rdb)
+	key, other := uniqueKey(t), uniqueKey(t)+":other"
+	s := keptSpec(200 * time.Millisecond)
+	type seen struct{ has, ok, holds bool }
+	call := func(key string, inner func(ctx context.Context) error) seen {
+		t.Helper()
+		var got seen
+		err := c.Do(context.Background(), key, s, func(ctx context.Context) error {
+			got.has, got.ok = lease.CallHasGrantPart(ctx)
+			l, _ := lease.FromContext(ctx)
+			v, _ := rdb.Get(ctx, lockKey(key)).Result()
+			got.holds = l != nil && l.Remaining() > 0 && v != ""
+			if inner != nil {
+				return inner(ctx)
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return got
+	}
+	check := func(what string, got seen, wantPart bool) {
+		t.Helper()
+		if !got.ok || !got.holds {
+			t.Fatalf("%s: the function ran without a lease it holds (%+v)", what, got)
+		}
+		if got.has != wantPart {
+			t.Fatalf("%s: made with the acquire's part %v, want %v", what, got.has, wantPart)
+		}
+	}
+	check("first call of the episode (acquires)", call(key, nil), true)
+	for i := range 3 {
+		check(fmt.Sprintf("call %d on the kept lease", i+2), call(key, nil), false)
+	}
+	check("a call on another key while one is kept", call(other, nil), true)
+	var nested seen
+	check("a call whose function nests one on a third key", call(key, func(ctx context.Context) error {
+		err := c.Do(ctx, key+":nested", s, func(ctx context.Context) error {
+			nested.has, nested.ok = lease.CallHasGrantPart(ctx)
+			nested.holds = true
+			return nil
+		})
+		return err
+	}), false)
+	check("the nested call (acquires)", nested, true)
+	time.Sleep(400 * time.Millisecond) // the keep runs out: released
+	if n, _ := rdb.Exists(context.Background(), lockKey(key)).Result(); n != 0 {
+		t.Fatal("the kept lease was not released when its keep ran out")
+	}
+	check("a call after the keep ended (acquires afresh)", call(key, nil), true)
+	check("and the next one takes what it kept", call(key, nil), false)
 }

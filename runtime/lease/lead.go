@@ -221,7 +221,8 @@ func (c *Client) term(ctx context.Context, key string, spec LeadSpec, owner stri
 	// release timeout after ctx ends, by a deadline as by a cancel, so that
 	// a term (or a grant whose reply was cut by the deadline) is handed over
 	// at once and not left on the server for its TTL.
-	a := &call{c: c, ctx: ctx, key: key, spec: s, start: start, unbounded: true, owner: owner}
+	a := newCall(false)
+	a.c, a.ctx, a.key, a.spec, a.start, a.unbounded, a.owner = c, ctx, key, s, start, true, owner
 	a.end = start.Add(forever)
 	a.reserve = c.releaseTimeout
 	a.k = redisKeys(c.prefix, key)

@@ -140,13 +140,14 @@ func (a *call) run(ctx context.Context, l *Lease, fn func(context.Context) error
 		returned = true
 		return err
 	}
-	if left := time.Until(l.valid()); left < a.spec.MinValidity {
+	now := time.Now()
+	if left := l.valid().Sub(now); left < a.spec.MinValidity {
 		err = fmt.Errorf("%w: key %q: %v left when the function was to be entered, need %v", ErrLowValidity, a.key, max(left, 0).Round(time.Millisecond), a.spec.MinValidity)
 		a.observe(Event{Kind: EventLowValidity, Err: err})
 		returned = true
 		return err
 	}
-	a.entered = time.Now()
+	a.entered = now
 	err = fn(fctx)
 	returned = true
 	return err
@@ -387,7 +388,7 @@ type watcher struct {
 
 func (a *call) watch(l *Lease) *watcher {
 	interval := a.spec.TTL / 3
-	w := &a.w // allocated with the call
+	w := &a.grant().w // allocated with the call (see newCall)
 	w.a, w.l = a, l
 	w.r = renewal{a: a, l: l, interval: interval, slack: min(batchWindow, interval/8), index: -1, end: a.end}
 	w.r.setNext(a.sent.Add(interval))
