@@ -690,7 +690,7 @@ func TestAdversary36_KeptWatcherFiresForLaterLightCall(t *testing.T) {
 	if !strings.Contains(cause.Error(), key) {
 		t.Fatalf("cause %v does not name the key", cause)
 	}
-	if late := done.Sub(valid); late > 200*time.Millisecond {
+	if late := done.Sub(valid); late > 500*time.Millisecond {
 		t.Fatalf("fn's context ended %v after the lease's validity", late)
 	}
 	if early := valid.Sub(done); early > 0 {
@@ -841,7 +841,9 @@ func TestAdversary36_EntryCheckAfterPause(t *testing.T) {
 			switch {
 			case err == nil:
 				entered++
-				if left < minV-5*time.Millisecond {
+				// Read in fn, a moment after the entry check: a margin
+				// for a preempted goroutine on a loaded machine (-race).
+				if left < minV-30*time.Millisecond {
 					t.Errorf("entered with %v left, MinValidity %v", left, minV)
 				}
 			case errors.Is(err, lease.ErrLowValidity):
@@ -870,7 +872,7 @@ func TestAdversary36_HandoverToLightWaiterThenCloseReleases(t *testing.T) {
 	start := time.Now()
 	pb, err := do36(t, b, rdb, context.Background(), key, s, nil)
 	want36(t, "B, handed the kept lease", pb, err, true)
-	if took := time.Since(start); took > 700*time.Millisecond {
+	if took := time.Since(start); took > 1200*time.Millisecond {
 		t.Fatalf("the handover took %v (not on the waiter's notice)", took)
 	}
 	if pb.token <= pa.token {
