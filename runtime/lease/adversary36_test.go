@@ -358,13 +358,12 @@ func (h *cmdLog36) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pro
 	return func(ctx context.Context, cmds []redis.Cmder) error {
 		h.mu.Lock()
 		for _, c := range cmds {
-			h.names = append(h.names, cmd36(c))
+			h.names = append(h.names, c.Name())
 		}
 		h.mu.Unlock()
 		return next(ctx, cmds)
 	}
 }
-func cmd36(c redis.Cmder) string { return c.Name() }
 func (h *cmdLog36) take() []string {
 	h.mu.Lock()
 	defer h.mu.Unlock()
