@@ -33,29 +33,6 @@
 -- queue entry), not on the key's: what every waiter of the key must hear
 -- goes to each inbox in the queue, once per Client, as the channel's
 -- length, ":", the channel, and the message.
-local refused = false -- a publish was refused: the result says so (+10)
-local function tell(cmd, inbox, channel, msg)
-  local r = redis.pcall(cmd, inbox, #channel .. ':' .. channel .. msg)
-  if type(r) ~= 'number' then refused = true end
-  return r
-end
-local function announce(cmd, channel, msg)
-  if type(redis.pcall(cmd, channel, msg)) ~= 'number' then refused = true end
-end
-local function result(n)
-  if refused then return n + 10 end
-  return n
-end
-local function tellWaiters(queue, channel, msg, cmd)
-  local told = {}
-  for _, m in ipairs(redis.call('ZRANGE', queue, 0, 31)) do
-    local inbox = string.match(m, '^[^|]+|%d+|%d|%d+|(.+)$')
-    if inbox and not told[inbox] then
-      told[inbox] = true
-      tell(cmd, inbox, channel, msg)
-    end
-  end
-end
 -- The entry's expiry is written and removed with it: only when there was
 -- an entry (a grant normally took it out already).
 if ARGV[6] ~= '' and redis.call('ZREM', KEYS[5], ARGV[6]) == 1 then
@@ -86,6 +63,45 @@ if not sep or string.sub(v, 1, sep - 1) ~= ARGV[1] then
   return 0
 end
 local hold = tonumber(ARGV[2])
+-- A release with nobody queued (the common case) ends here, before the
+-- helpers below are made (a script makes its local functions anew on
+-- every call).
+local head
+if hold <= 0 then
+  redis.call('SET', KEYS[3], ARGV[7], 'PX', ARGV[4])
+  -- The queue's head is read at once, without asking first whether the
+  -- queue exists: a handover calls one command less, and a release with
+  -- no queue costs the same (an empty range of a missing key).
+  head = redis.call('ZRANGE', KEYS[5], 0, 0)
+  if #head == 0 then
+    redis.call('DEL', KEYS[1])
+    if ARGV[7] == 'l' and type(redis.pcall(ARGV[3], KEYS[2], 'r')) ~= 'number' then return 11 end
+    return 1
+  end
+end
+local refused = false -- a publish was refused: the result says so (+10)
+local function tell(cmd, inbox, channel, msg)
+  local r = redis.pcall(cmd, inbox, #channel .. ':' .. channel .. msg)
+  if type(r) ~= 'number' then refused = true end
+  return r
+end
+local function announce(cmd, channel, msg)
+  if type(redis.pcall(cmd, channel, msg)) ~= 'number' then refused = true end
+end
+local function result(n)
+  if refused then return n + 10 end
+  return n
+end
+local function tellWaiters(queue, channel, msg, cmd)
+  local told = {}
+  for _, m in ipairs(redis.call('ZRANGE', queue, 0, 31)) do
+    local inbox = string.match(m, '^[^|]+|%d+|%d|%d+|(.+)$')
+    if inbox and not told[inbox] then
+      told[inbox] = true
+      tell(cmd, inbox, channel, msg)
+    end
+  end
+end
 if hold > 0 then
   redis.call('SET', KEYS[1], '~' .. v, 'PX', hold)
   redis.call('SET', KEYS[3], 'h', 'PX', ARGV[4])
@@ -93,7 +109,6 @@ if hold > 0 then
   tellWaiters(KEYS[5], KEYS[2], 'h', ARGV[3])
   return result(2)
 end
-redis.call('SET', KEYS[3], ARGV[7], 'PX', ARGV[4])
 -- Dead entries at the head (a waiter whose process died, or whose giving
 -- up did not reach Redis) are taken out on the way, one at a time as they
 -- come; after 32 in a row (a process with many waiters died at once) the
@@ -115,10 +130,7 @@ local function prune(now)
   end
   return false
 end
--- The queue's head is read at once, without asking first whether the
--- queue exists: a handover calls one command less, and a release with
--- no queue costs the same (an empty range of a missing key).
-local head = redis.call('ZRANGE', KEYS[5], 0, 0)
+-- Someone is queued (head, read above): the first live entry gets the key.
 if #head > 0 then
   local t = redis.call('TIME')
   local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
