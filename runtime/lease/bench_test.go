@@ -130,6 +130,97 @@ func BenchmarkDoVsRaw(b *testing.B) {
 	}
 }
 
+// BenchmarkUncontendedGap splits lease.Do's uncontended gap to the raw
+// floor, in one run, into what the server does and what the client does.
+// Each iteration runs, in a new random order:
+//
+//   - raw: the floor (SET NX PX, then a compare-delete script with one key
+//     and one argument);
+//   - args: the same, with the compare-delete sent the release's 6 keys
+//     and 7 arguments;
+//   - commands: that, with the commands a release with nobody queued adds
+//     (the tombstone's SET, the queue's head);
+//   - script: SET NX PX and the runtime's own release script, sent by
+//     go-redis as any script is (what the server does for a lease.Do);
+//   - do: lease.Do.
+//
+// The medians are reported as ratios to the floor's; do/script is what
+// the client side costs beyond the server's work.
+//
+//	go test ./runtime/lease -run '^$' -bench UncontendedGap -benchtime 2000x -count 6
+func BenchmarkUncontendedGap(b *testing.B) {
+	c, rdb := benchClient(b)
+	ctx := context.Background()
+	s, _, _ := uncontendedSpecs()
+	runs := []func() error{
+		func() error { return rawLock(ctx, rdb, "bench:gap:raw") },
+		func() error { return gapLock(ctx, rdb, "bench:gap:args", gapArgs) },
+		func() error { return gapLock(ctx, rdb, "bench:gap:cmds", gapCommands) },
+		func() error { return gapLock(ctx, rdb, "bench:gap:script", lease.ReleaseScript) },
+		func() error { return c.Do(ctx, "bench:gap:do", s, nop) },
+	}
+	for _, run := range runs { // warm: connections, scripts
+		if err := run(); err != nil {
+			b.Fatal(err)
+		}
+	}
+	took := make([][]time.Duration, len(runs))
+	order := []int{0, 1, 2, 3, 4}
+	for b.Loop() {
+		mrand.Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
+		for _, i := range order {
+			start := time.Now()
+			if err := runs[i](); err != nil {
+				b.Fatal(err)
+			}
+			took[i] = append(took[i], time.Since(start))
+		}
+	}
+	floor := float64(median(took[0]))
+	for i, name := range []string{"", "args/raw", "commands/raw", "script/raw", "do/raw"} {
+		if i > 0 {
+			b.ReportMetric(float64(median(took[i]))/floor, name)
+		}
+	}
+	b.ReportMetric(float64(median(took[4]))/float64(median(took[3])), "do/script")
+}
+
+// gapArgs is the floor's compare-delete with a release's arguments;
+// gapCommands adds the commands of a release with nobody queued.
+var (
+	gapArgs = redis.NewScript(`
+local v = redis.call('GET', KEYS[1])
+if v ~= ARGV[1] .. ':0' then return 0 end
+redis.call('DEL', KEYS[1])
+return 1`)
+	gapCommands = redis.NewScript(`
+local v = redis.call('GET', KEYS[1])
+if v ~= ARGV[1] .. ':0' then return 0 end
+redis.call('SET', KEYS[3], ARGV[7], 'PX', ARGV[4])
+redis.call('ZRANGE', KEYS[5], 0, 0)
+redis.call('DEL', KEYS[1])
+return 1`)
+)
+
+// gapLock is SET NX PX, then release run with a lease.Do release's keys
+// and arguments.
+func gapLock(ctx context.Context, rdb *redis.Client, key string, release *redis.Script) error {
+	var id [16]byte
+	_, _ = rand.Read(id[:])
+	v := hex.EncodeToString(id[:])
+	k := "{" + key + "}"
+	ok, err := rdb.SetNX(ctx, k, v+":0", 10*time.Second).Result()
+	if err != nil || !ok {
+		return fmt.Errorf("SET NX: %v %v", ok, err)
+	}
+	keys := []string{k, k + ":ch", k + ":r:" + v, k + ":f", k + ":q", k + ":qx"}
+	n, err := release.Run(ctx, rdb, keys, v, "0", "PUBLISH", "5000", "60000", "", "1").Int64()
+	if err == nil && n != 1 {
+		err = fmt.Errorf("release answered %d", n)
+	}
+	return err
+}
+
 // uncontendedSpecs are the shapes compared with the raw floor: a plain
 // lease, a fenced one, and a fenced one that may wait (a generated
 // wrapper's).

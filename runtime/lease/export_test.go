@@ -45,3 +45,7 @@ func CallHasGrantPart(ctx context.Context) (has, ok bool) {
 	}
 	return r.a.g != nil, true
 }
+
+// ReleaseScript is the release script a Client runs (token.lua and
+// release.lua), for benchmarks that run it outside a call.
+var ReleaseScript = releaseScript.Script
