@@ -18,6 +18,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/leasegen/leasegen/internal/proc"
 	"github.com/leasegen/leasegen/runtime/fence"
 	"github.com/leasegen/leasegen/runtime/fence/fencepgx"
 	"github.com/leasegen/leasegen/runtime/lease"
@@ -507,7 +508,7 @@ func TestAdversary13PausedProcess(t *testing.T) {
 	} else {
 		fmt.Sscan(strings.TrimPrefix(l, "STAMP "), &childTok)
 	}
-	if err := cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+	if err := proc.Stop(cmd.Process); err != nil {
 		t.Fatal(err)
 	}
 	c, err := lease.New(rdb)

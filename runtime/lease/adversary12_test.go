@@ -44,6 +44,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/leasegen/leasegen/internal/proc"
 	"github.com/leasegen/leasegen/runtime/lease"
 	"github.com/leasegen/leasegen/runtime/leasetest"
 )
@@ -382,7 +383,7 @@ func (p *adv12Proc) kill() {
 
 func (p *adv12Proc) pause(d time.Duration) {
 	from := time.Now()
-	_ = p.cmd.Process.Signal(syscall.SIGSTOP)
+	_ = proc.Stop(p.cmd.Process)
 	time.Sleep(d)
 	_ = p.cmd.Process.Signal(syscall.SIGCONT)
 	p.mu.Lock()

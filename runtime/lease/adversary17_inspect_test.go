@@ -18,6 +18,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/leasegen/leasegen/internal/proc"
 	"github.com/leasegen/leasegen/runtime/fence"
 	"github.com/leasegen/leasegen/runtime/lease"
 	"github.com/leasegen/leasegen/runtime/leasetest"
@@ -369,7 +370,7 @@ func TestAdversary17_ForceReleasePausedHolderProcess(t *testing.T) {
 		cmd, stdin, line := startHolderProcess(t, srv.Addr(), trial)
 		held := line()
 		oldTok, _ := strconv.ParseUint(strings.TrimPrefix(held, "HELD "), 10, 64)
-		cmd.Process.Signal(syscall.SIGSTOP)
+		_ = proc.Stop(cmd.Process)
 		start := time.Now()
 		info := inspect(t, c, "paused")
 		if info.Token != lease.Token(oldTok) {

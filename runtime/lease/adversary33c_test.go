@@ -18,6 +18,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/leasegen/leasegen/internal/proc"
 	"github.com/leasegen/leasegen/runtime/lease"
 	"github.com/leasegen/leasegen/runtime/leasetest"
 )
@@ -100,7 +101,11 @@ func TestAdversary33_PausedWaiterHandedTheKey(t *testing.T) {
 	time.Sleep(100 * time.Millisecond)
 	members := adv12Members(t, srv.Client(t), key)
 	wID, _, _ := strings.Cut(members[0], "|")
-	_ = w.cmd.Process.Signal(syscall.SIGSTOP)
+	// Stopped before the release: the signal alone may leave it running
+	// long enough to enter on the handover's message.
+	if err := proc.Stop(w.cmd.Process); err != nil {
+		t.Fatal(err)
+	}
 	stopped := time.Now()
 	released := time.Now()
 	close(release)

@@ -25,6 +25,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/leasegen/leasegen/internal/proc"
 	"github.com/leasegen/leasegen/runtime/fence"
 	"github.com/leasegen/leasegen/runtime/lease"
 	"github.com/leasegen/leasegen/runtime/leasetest"
@@ -87,7 +88,7 @@ func TestFault04PausedHolder(t *testing.T) {
 		held := line()
 		oldTok, _ := strconv.ParseUint(strings.TrimPrefix(held, "HELD "), 10, 64)
 		accepted = append(accepted, lease.Token(oldTok))
-		cmd.Process.Signal(syscall.SIGSTOP)
+		_ = proc.Stop(cmd.Process)
 		time.Sleep(700 * time.Millisecond) // past its 500ms TTL
 		var newTok lease.Token
 		err := c.Do(context.Background(), "paused", lease.Spec{TTL: 2 * time.Second, Deadline: 5 * time.Second, Wait: 2 * time.Second, Fence: true}, func(ctx context.Context) error {

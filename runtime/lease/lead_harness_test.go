@@ -19,6 +19,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/leasegen/leasegen/internal/proc"
 	"github.com/leasegen/leasegen/runtime/fence"
 	"github.com/leasegen/leasegen/runtime/lease"
 )
@@ -375,7 +376,14 @@ func (e *election) startSub(t *testing.T, name, addr string) *subCandidate {
 	return s
 }
 
-func (s *subCandidate) signal(sig syscall.Signal) { s.cmd.Process.Signal(sig) }
+// signal sends sig; SIGSTOP returns once the process has stopped.
+func (s *subCandidate) signal(sig syscall.Signal) {
+	if sig == syscall.SIGSTOP {
+		_ = proc.Stop(s.cmd.Process)
+		return
+	}
+	s.cmd.Process.Signal(sig)
+}
 
 func (s *subCandidate) send(line string) { fmt.Fprintln(s.stdin, line) }
 

@@ -26,6 +26,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/leasegen/leasegen/internal/proc"
 )
 
 // Server is a redis-server process started for a test. Its methods inject
@@ -396,10 +398,18 @@ func (s *Server) signal(sig syscall.Signal) {
 	}
 }
 
-// Pause stops the server process (SIGSTOP): connections stay open and
+// Pause stops the server process (SIGSTOP), and returns once it has
+// stopped: connections stay open and
 // requests get no reply, as with a long GC pause or a hung host.
 func (s *Server) Pause() {
-	s.signal(syscall.SIGSTOP)
+	s.mu.Lock()
+	cmd := s.cmd
+	s.mu.Unlock()
+	if cmd != nil {
+		// Returns once the server has stopped: the signal alone may leave
+		// it answering for a millisecond or more on a loaded machine.
+		_ = proc.Stop(cmd.Process)
+	}
 	s.setPaused(true)
 }
 
