@@ -336,7 +336,7 @@ func (a *call) reenter(ctx context.Context, r *leaseRef, fn func(context.Context
 		return err
 	}
 	if a.spec.HoldMin > 0 {
-		l.holdTo(a.start.Add(a.spec.HoldMin))
+		l.holdTo(time.Now().Add(a.spec.HoldMin)) // from the reuse, as run's
 	}
 
 	err := fn(fctx)

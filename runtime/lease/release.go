@@ -111,7 +111,9 @@ func (c *Client) releaseWith(ctx context.Context, r *relArgs, k *keys, tombKey, 
 	// written).
 	r.hold.n = 0
 	if hold > 0 {
-		r.hold.n = ms(hold)
+		// Whole milliseconds, rounded up: a hold-min is kept at least as
+		// long as asked.
+		r.hold.n = int64((hold + time.Millisecond - 1) / time.Millisecond)
 	}
 	var memberArg any = ""
 	if member != nil && *member != "" {

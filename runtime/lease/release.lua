@@ -67,7 +67,7 @@ local hold = tonumber(ARGV[2])
 -- helpers below are made (a script makes its local functions anew on
 -- every call).
 local head
-if hold <= 0 then
+if not (hold > 0) then -- as the hold-min's "hold > 0" below, NaN included
   redis.call('SET', KEYS[3], ARGV[7], 'PX', ARGV[4])
   -- The queue's head is read at once, without asking first whether the
   -- queue exists: a handover calls one command less, and a release with

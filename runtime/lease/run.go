@@ -25,7 +25,15 @@ func (a *call) run(ctx context.Context, l *Lease, fn func(context.Context) error
 		cancelLost(l.Err())
 	}
 	l.cur.Store(a)
-	heldBefore := l.holdTo(a.sent.Add(a.spec.HoldMin))
+	holdUntil := a.sent // no hold of this call's own
+	if a.spec.HoldMin > 0 {
+		// HoldMin keeps the lease at least that long after the grant:
+		// counted from now, when the grant is known, not from a.sent,
+		// which for a waiter handed the lease is when it last asked (the
+		// grant may have come a whole wait later).
+		holdUntil = time.Now().Add(a.spec.HoldMin)
+	}
+	heldBefore := l.holdTo(holdUntil)
 	a.fctx = refCtx{Context: dctx, ref: leaseRef{l: l, a: a, parent: refFrom(ctx)}}
 	fctx := &a.fctx
 	w := l.w
