@@ -119,10 +119,6 @@ func (a *call) acquireOnce(ctx context.Context, waitUntil time.Time) (*Lease, ti
 			return nil, pttl, nil
 		}
 		a.sent, a.token = sent, tok
-		// Granted by the only send of the call's first acquire: the call
-		// never queued (only a busy answer queues), so its release need
-		// not take an entry out (see sendRelease).
-		a.grantedFirst = a.seq == 1 && a.curAcq != nil && a.curAcq.first.writes.Load() == 1
 		validUntil := sent.Add(ttl - drift(ttl))
 		if left := time.Until(validUntil); left < a.spec.MinValidity {
 			e := fmt.Errorf("%w: key %q: %v left, need %v", ErrLowValidity, a.key, left.Round(time.Millisecond), a.spec.MinValidity)
@@ -235,15 +231,9 @@ func (a *call) acquireArgs(now, waitUntil time.Time) []any {
 	}
 	x.ttl.n = ms(a.spec.TTL)
 	x.seq.n = a.seq
-	// The call's first acquire tells the script whether this is its first
-	// send (see firstArg); any later one may follow a busy answer.
-	var first any = "0"
-	if a.seq == 1 {
-		first = &x.first
-	}
 	k := &a.k
 	x.argv = [...]any{nil, nil, "4", sarg(&k.lock), sarg(&k.fence), sarg(&k.queue), sarg(&k.qexp),
-		sarg(&a.id), &x.ttl, fence, a.c.counterTTLArg, life, memberArg, sarg(&k.channel), &x.seq, first}
+		sarg(&a.id), &x.ttl, fence, a.c.counterTTLArg, life, memberArg, sarg(&k.channel), &x.seq}
 	return x.argv[:]
 }
 
@@ -258,7 +248,7 @@ func (a *call) setNX(ctx context.Context) (granted bool, pttl time.Duration, err
 	own := a.idValue // identity + ":0"
 	x := a.newAcqArgs()
 	x.ttl.n = ms(a.spec.TTL)
-	x.argv = [...]any{"set", sarg(&a.k.lock), sarg(&a.idValue), "px", &x.ttl, "nx", nil, nil, nil, nil, nil, nil, nil, nil, nil, nil}
+	x.argv = [...]any{"set", sarg(&a.k.lock), sarg(&a.idValue), "px", &x.ttl, "nx", nil, nil, nil, nil, nil, nil, nil, nil, nil}
 	// Only a parsed "OK" is a grant: a hook may have cleared the error of a
 	// request that got no reply, or of SET's "not set" (redis.Nil).
 	set := a.c.rdb.Do(ctx, x.argv[:6]...)

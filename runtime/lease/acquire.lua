@@ -10,9 +10,7 @@
 -- Client keeping the lease between calls (Spec.Keep) releases it,
 -- ARGV[8] this attempt's sequence number in its call: stored with the
 -- entry, so that the release's message tells the waiter which of its
--- busy answers the handover came after (see release.lua), ARGV[9] "1"
--- when this is the first send of the call's first acquire (no earlier
--- send of the call can have put it in the queue), else "0"
+-- busy answers the handover came after (see release.lua)
 -- Returns one integer: the fencing token (0 unfenced) on a grant; when
 -- busy, -3 - the key's PTTL (-1: no key, -2: no expiry, -3 - n: n ms
 -- left). One integer is read without the allocations of an array reply.
@@ -55,10 +53,9 @@ set = set or redis.pcall('SET', KEYS[1], ARGV[1] .. ':' .. tok, 'NX', 'PX', ARGV
 local refused = type(set) == 'table' and set.err ~= nil
 if set and not refused then
   if fence then redis.call('SET', KEYS[2], tok, 'PX', ARGV[4]) end
-  -- Out of the queue, if an earlier acquire of this call put it there
-  -- (none did before the first send of the first); its entry's expiry
-  -- only then (the two are written together).
-  if life > 0 and ARGV[9] ~= '1' and redis.call('ZREM', KEYS[3], ARGV[6]) == 1 then
+  -- Out of the queue, if an earlier acquire of this call put it there;
+  -- its entry's expiry only then (the two are written together).
+  if life > 0 and redis.call('ZREM', KEYS[3], ARGV[6]) == 1 then
     redis.call('HDEL', KEYS[4], ARGV[6])
   end
   return answer(tok)

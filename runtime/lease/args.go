@@ -51,30 +51,6 @@ func (i *intArg) MarshalBinary() ([]byte, error) {
 
 func (i *intArg) String() string { return strconv.FormatInt(i.n, 10) }
 
-// firstArg is "1" the first time go-redis writes it and "0" every time
-// after (a re-send after a lost reply): the acquire script learns from it
-// that no earlier send of the call's first acquire can have been carried
-// out, so that the call is in no queue (see acquire.lua's grant).
-type firstArg struct {
-	writes atomic.Int32
-}
-
-var argOne, argZero = []byte("1"), []byte("0")
-
-func (f *firstArg) MarshalBinary() ([]byte, error) {
-	if f.writes.Add(1) == 1 {
-		return argOne, nil
-	}
-	return argZero, nil
-}
-
-func (f *firstArg) String() string {
-	if f.writes.Load() <= 1 {
-		return "1"
-	}
-	return "0"
-}
-
 // evalArgs runs a script by EVALSHA with argv, whose first two slots it
 // fills (argv[2] is the number of keys, the keys and arguments follow), and
 // on NOSCRIPT by EVAL with a copy of the arguments, as Script.Run does (no
@@ -121,9 +97,8 @@ func parsedInt(v any, err error) (int64, error) {
 // acqArgs are one acquire's arguments: its command line (SET or the
 // acquire script), its TTL and queue lifetime.
 type acqArgs struct {
-	argv           [3 + 4 + 9]any
+	argv           [3 + 4 + 8]any
 	ttl, life, seq intArg
-	first          firstArg
 }
 
 // newAcqArgs gives an acquire its arguments: the call's own the first
@@ -166,11 +141,8 @@ func newScript(src string) *script {
 // was lost (a restart, a failover to a replica without it).
 func forgetNoScript(argv []any) {
 	for _, v := range argv {
-		switch v := v.(type) {
-		case *intArg:
-			v.writes.CompareAndSwap(1, 0)
-		case *firstArg:
-			v.writes.CompareAndSwap(1, 0)
+		if i, ok := v.(*intArg); ok {
+			i.writes.CompareAndSwap(1, 0)
 		}
 	}
 }

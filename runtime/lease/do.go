@@ -149,7 +149,6 @@ type call struct {
 	seq            int64      // acquires sent by the call (each one's number in acquire.lua)
 	busySeq        int64      // the number of the last acquire answered busy
 	busySent       time.Time  // when that acquire was sent
-	grantedFirst   bool       // granted by the one send of the first acquire (see sendRelease)
 	token          Token
 
 	// Command arguments (see args.go): the first acquire's in g, the

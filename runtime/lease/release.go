@@ -68,20 +68,13 @@ func (a *call) release(ctx context.Context, hold time.Duration) released {
 // restart from a snapshot or a failover to a replica that saw the call
 // queue but not its grant brings it back, and the next release would hand
 // the key to this finished call. So the release takes it out anyway
-// (TestAdversary23_StaleRestartLeavesGrantedEntry). Not when the call was
-// granted by the one send of its first acquire: then no send of it was
-// answered busy, so no version of the key's data, lost writes or not, has
-// an entry of it (TestFirstGrantLeavesNoEntry).
+// (TestAdversary23_StaleRestartLeavesGrantedEntry).
 func (a *call) sendRelease(ctx context.Context, hold time.Duration) (int64, error) {
 	tomb := "1"
 	if a.unbounded {
 		tomb = "l" // a leader term: a watch hears it step down (release.lua)
 	}
-	member := &a.member
-	if a.grantedFirst {
-		member = nil
-	}
-	return a.c.releaseWith(ctx, a.newRelArgs(), &a.k, &a.tomb, &a.id, member, hold, tomb)
+	return a.c.releaseWith(ctx, a.newRelArgs(), &a.k, &a.tomb, &a.id, &a.member, hold, tomb)
 }
 
 // releaseAs runs the release script for identity id: the holder's own
