@@ -463,3 +463,118 @@ func TestAdversary38_ReplicatedPipelineLostReply(t *testing.T) {
 		t.Errorf("W's finished call held the key (%q); H waited %v", afterW, hLag.Round(time.Millisecond))
 	}
 }
+
+// Attack 2 (kept leases): as TestAdversary23_StaleRestartLeavesGrantedEntry,
+// but W keeps its lease (Spec.Keep) instead of waiting in fn. W queued
+// behind H; Redis saves a snapshot; H hands the key to W; W's fn returns
+// and its Client keeps the lease. Redis restarts from the snapshot: H's
+// key and W's entry are back. The kept lease is found lost, and nothing
+// took W's entry out (a kept lease's release named no member, and a lost
+// one sent none): the next release (Z's, with Q waiting) handed the key to
+// W's identity for W's TTL (3s). Failed before and after 6c2affc; fixed by
+// dropEntry (a kept lease found lost takes its call's entry out) and
+// releaseKept naming the member.
+func TestAdversary38_KeptLeaseStaleRestartEntry(t *testing.T) {
+	srv := leasetest.StartRedis(t)
+	admin := srv.Client(t)
+	ctx := context.Background()
+	key := uniqueKey(t)
+	hc, _ := adv23Client(t, srv.Addr())
+	// W's re-check of 5s: its entry lives 10.1s after its last busy answer.
+	wc, _ := adv23Client(t, srv.Addr(), lease.WithRecheck(5*time.Second))
+	zc, _ := adv23Client(t, srv.Addr())
+	qc, qrec := adv23Client(t, srv.Addr())
+	for _, c := range []*lease.Client{hc, wc, zc, qc} {
+		warm38(t, c)
+	}
+	release := make(chan struct{})
+	hdone := hold(t, hc, key, lease.Spec{TTL: time.Second, Deadline: 20 * time.Second}, release)
+	wID, wDone := make(chan string, 1), make(chan error, 1)
+	go func() {
+		wDone <- wc.Do(ctx, key, lease.Spec{TTL: 3 * time.Second, Deadline: 20 * time.Second, Wait: 15 * time.Second, Keep: 20 * time.Second}, func(ctx context.Context) error {
+			l, _ := lease.FromContext(ctx)
+			wID <- l.Owner()
+			return nil
+		})
+	}()
+	if !waitFor(5*time.Second, func() bool { return admin.ZCard(ctx, "lease:{"+key+"}:q").Val() == 1 }) {
+		t.Fatal("W never queued")
+	}
+	time.Sleep(100 * time.Millisecond)
+	if err := admin.Save(ctx).Err(); err != nil {
+		t.Fatalf("SAVE: %v", err)
+	}
+	close(release)
+	if err := <-hdone; err != nil {
+		t.Fatalf("H: %v", err)
+	}
+	var id string
+	select {
+	case id = <-wID:
+	case <-time.After(5 * time.Second):
+		t.Fatal("W was not handed the key")
+	}
+	if err := <-wDone; err != nil {
+		t.Fatalf("W: %v", err)
+	}
+	t.Logf("W (%s) returned, its lease kept: key %q", id, admin.Get(ctx, lockKey(key)).Val())
+	if err := srv.Restart(); err != nil {
+		t.Fatalf("restart: %v", err)
+	}
+	// The snapshot was taken with W's entry the only one queued; H's key
+	// back shows it was loaded (W's Client may take the entry out again
+	// before this looks: the fix).
+	restored := admin.Get(ctx, lockKey(key)).Val()
+	m, _ := adv23Queue(t, admin, key)
+	t.Logf("after the restart: holder %q, queue %v", restored, m)
+	if restored == "" || strings.HasPrefix(restored, id+":") {
+		t.Fatalf("the key after the restart is %q, not H's: the snapshot was not loaded, the scenario did not happen", restored)
+	}
+	zIn, zRelease, zDone := make(chan struct{}), make(chan struct{}), make(chan error, 1)
+	go func() {
+		zDone <- zc.Do(ctx, key, lease.Spec{TTL: 2 * time.Second, Deadline: 10 * time.Second, Wait: 8 * time.Second}, func(ctx context.Context) error {
+			close(zIn)
+			<-zRelease
+			return nil
+		})
+	}()
+	select {
+	case <-zIn:
+	case <-time.After(5 * time.Second):
+		t.Fatal("Z never got the key")
+	}
+	qIn, qDone := make(chan time.Time, 1), make(chan error, 1)
+	go func() {
+		qDone <- qc.Do(ctx, key, lease.Spec{TTL: 2 * time.Second, Deadline: 10 * time.Second, Wait: 8 * time.Second}, func(ctx context.Context) error {
+			qIn <- time.Now()
+			return nil
+		})
+	}()
+	if !waitFor(5*time.Second, func() bool { return qrec.Count(lease.EventWaiting) > 0 }) {
+		t.Fatal("Q never waited")
+	}
+	m, _ = adv23Queue(t, admin, key)
+	t.Logf("before Z's release: queue %v", m)
+	released := time.Now()
+	close(zRelease)
+	if err := <-zDone; err != nil {
+		t.Fatalf("Z: %v", err)
+	}
+	holder := admin.Get(ctx, lockKey(key)).Val()
+	holderTTL := admin.PTTL(ctx, lockKey(key)).Val()
+	var lag time.Duration
+	select {
+	case at := <-qIn:
+		lag = at.Sub(released)
+	case <-time.After(9 * time.Second):
+		t.Fatal("Q never got the key")
+	}
+	<-qDone
+	t.Logf("after Z's release the key held %q for %v; Q entered %v after it", holder, holderTTL, lag.Round(time.Millisecond))
+	if strings.HasPrefix(holder, id+":") {
+		t.Errorf("Z's release handed the key to W's finished call %q (entry from the snapshot, W's lease kept at the restart)", id)
+	}
+	if lag > time.Second {
+		t.Errorf("Q entered %v after Z's release, want at once", lag.Round(time.Millisecond))
+	}
+}

@@ -302,6 +302,7 @@ func (c *Client) verifyKept(l *Lease, deadline time.Time, whileKept bool) keptSt
 			what = "the lease was released from outside (ForceRelease, e.g. leasectl release)"
 		}
 		l.lose(fmt.Errorf("%w: key %q: kept lease: %s", ErrLost, l.key, what))
+		c.dropEntry(l.a, dl)
 		return keptLost
 	}
 	if n, _ := queued.Result(); n > 0 {
@@ -398,7 +399,9 @@ func (c *Client) releaseKept(l *Lease, deadline time.Time, sent func()) {
 	l.mu.Unlock()
 	start := time.Now()
 	a := l.a
-	res, err := c.releaseWith(ctx, nil, &a.k, &a.tomb, &a.id, nil, hold, "1")
+	// With the call's queue member: a Redis that lost writes may have
+	// brought its entry back (see sendRelease).
+	res, err := c.releaseWith(ctx, nil, &a.k, &a.tomb, &a.id, &a.member, hold, "1")
 	l.ended.Store(true)
 	took := time.Since(start)
 	if sent != nil {
@@ -416,4 +419,19 @@ func (c *Client) releaseKept(l *Lease, deadline time.Time, sent func()) {
 	default:
 		l.observe(Event{Kind: EventReleaseUnconfirmed, Took: took, Err: fmt.Errorf("lease: release of kept key %q: the key no longer held this lease", l.key)})
 	}
+}
+
+// dropEntry takes the queue entry of the call that acquired a kept lease
+// found lost out of the key's queue, by deadline: a Redis that lost writes
+// (a restart from a snapshot, a failover) may have brought it back, and the
+// next release would hand the key to that finished call for its TTL. The
+// release script does it: the key is not the call's, so it changes
+// nothing else.
+func (c *Client) dropEntry(a *call, deadline time.Time) {
+	if a.member == "" {
+		return
+	}
+	ctx, cancel := context.WithDeadline(context.Background(), deadline)
+	defer cancel()
+	_, _ = c.releaseWith(ctx, nil, &a.k, &a.tomb, &a.id, &a.member, 0, "1")
 }
