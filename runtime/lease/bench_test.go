@@ -105,13 +105,23 @@ func BenchmarkDoVsRaw(b *testing.B) {
 		func() error { return c.Do(ctx, "bench:vs:fenced", fs, nop) },
 		func() error { return c.Do(ctx, "bench:vs:wrapper", ws, nop) },
 	}
+	interleave(b, runs, "do/raw", "fenced/raw", "wrapper/raw")
+}
+
+// interleave runs runs once each per iteration, in a new random order,
+// and reports the median of each after the first as a ratio to the
+// first's (names[i] for runs[i+1]). It returns the medians.
+func interleave(b *testing.B, runs []func() error, names ...string) []time.Duration {
 	for _, run := range runs { // warm: connections, scripts
 		if err := run(); err != nil {
 			b.Fatal(err)
 		}
 	}
 	took := make([][]time.Duration, len(runs))
-	order := []int{0, 1, 2, 3}
+	order := make([]int, len(runs))
+	for i := range order {
+		order[i] = i
+	}
 	for b.Loop() {
 		mrand.Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
 		for _, i := range order {
@@ -122,12 +132,14 @@ func BenchmarkDoVsRaw(b *testing.B) {
 			took[i] = append(took[i], time.Since(start))
 		}
 	}
-	floor := float64(median(took[0]))
-	for i, name := range []string{"", "do/raw", "fenced/raw", "wrapper/raw"} {
-		if i > 0 {
-			b.ReportMetric(float64(median(took[i]))/floor, name)
-		}
+	medians := make([]time.Duration, len(runs))
+	for i := range took {
+		medians[i] = median(took[i])
 	}
+	for i, name := range names {
+		b.ReportMetric(float64(medians[i+1])/float64(medians[0]), name)
+	}
+	return medians
 }
 
 // BenchmarkUncontendedGap splits lease.Do's uncontended gap to the raw
@@ -159,30 +171,8 @@ func BenchmarkUncontendedGap(b *testing.B) {
 		func() error { return gapLock(ctx, rdb, "bench:gap:script", lease.ReleaseScript) },
 		func() error { return c.Do(ctx, "bench:gap:do", s, nop) },
 	}
-	for _, run := range runs { // warm: connections, scripts
-		if err := run(); err != nil {
-			b.Fatal(err)
-		}
-	}
-	took := make([][]time.Duration, len(runs))
-	order := []int{0, 1, 2, 3, 4}
-	for b.Loop() {
-		mrand.Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
-		for _, i := range order {
-			start := time.Now()
-			if err := runs[i](); err != nil {
-				b.Fatal(err)
-			}
-			took[i] = append(took[i], time.Since(start))
-		}
-	}
-	floor := float64(median(took[0]))
-	for i, name := range []string{"", "args/raw", "commands/raw", "script/raw", "do/raw"} {
-		if i > 0 {
-			b.ReportMetric(float64(median(took[i]))/floor, name)
-		}
-	}
-	b.ReportMetric(float64(median(took[4]))/float64(median(took[3])), "do/script")
+	m := interleave(b, runs, "args/raw", "commands/raw", "script/raw", "do/raw")
+	b.ReportMetric(float64(m[4])/float64(m[3]), "do/script")
 }
 
 // gapArgs is the floor's compare-delete with a release's arguments;
