@@ -49,18 +49,29 @@ func TestStopWaitsForTheProcessToStop(t *testing.T) {
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
 		}
-		last := make(chan int64, 1)
+		last, first := make(chan int64, 1), make(chan struct{})
 		go func() {
 			var n int64
 			sc := bufio.NewScanner(out)
 			for sc.Scan() {
 				if v, err := strconv.ParseInt(sc.Text(), 10, 64); err == nil {
+					if n == 0 {
+						close(first)
+					}
 					n = max(n, v)
 				}
 			}
 			last <- n
 		}()
-		time.Sleep(20 * time.Millisecond)
+		// Running: stopped while it prints (a child built with -race on a
+		// busy machine takes a while to start).
+		select {
+		case <-first:
+		case <-time.After(30 * time.Second):
+			_ = cmd.Process.Kill()
+			t.Fatal("the child printed nothing in 30s")
+		}
+		time.Sleep(5 * time.Millisecond)
 		if err := Stop(cmd.Process); err != nil {
 			t.Fatal(err)
 		}
