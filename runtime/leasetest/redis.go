@@ -389,26 +389,29 @@ func logOnFailure(t testing.TB, what string, servers ...*Server) {
 	})
 }
 
-func (s *Server) signal(sig syscall.Signal) {
+// process is the running server's process (nil when there is none).
+func (s *Server) process() *os.Process {
 	s.mu.Lock()
-	cmd := s.cmd
-	s.mu.Unlock()
-	if cmd != nil {
-		_ = cmd.Process.Signal(sig)
+	defer s.mu.Unlock()
+	if s.cmd == nil {
+		return nil
+	}
+	return s.cmd.Process
+}
+
+func (s *Server) signal(sig syscall.Signal) {
+	if p := s.process(); p != nil {
+		_ = p.Signal(sig)
 	}
 }
 
-// Pause stops the server process (SIGSTOP), and returns once it has
-// stopped: connections stay open and
-// requests get no reply, as with a long GC pause or a hung host.
+// Pause stops the server process (SIGSTOP) and returns once it has
+// stopped (the signal alone may leave it answering for a millisecond or
+// more on a loaded machine): connections stay open and requests get no
+// reply, as with a long GC pause or a hung host.
 func (s *Server) Pause() {
-	s.mu.Lock()
-	cmd := s.cmd
-	s.mu.Unlock()
-	if cmd != nil {
-		// Returns once the server has stopped: the signal alone may leave
-		// it answering for a millisecond or more on a loaded machine.
-		_ = proc.Stop(cmd.Process)
+	if p := s.process(); p != nil {
+		_ = proc.Stop(p)
 	}
 	s.setPaused(true)
 }
