@@ -317,11 +317,12 @@ type state37 struct {
 }
 
 type out37 struct {
-	answer string
-	cmds   []string
-	msgs   []string
-	keys   []string
-	pttl   map[string]int64
+	wrongTypeQ bool // the state's queue (or its expiries) was a string and the call named its member
+	answer     string
+	cmds       []string
+	msgs       []string
+	keys       []string
+	pttl       map[string]int64
 }
 
 var errNorm37 = regexp.MustCompile(`[0-9a-f]{40}|user_script:\d+|@user_script:\d+`)
@@ -361,6 +362,7 @@ func (e *env37) run(which int, st state37, user string, argv []any) out37 {
 	start, end := fmt.Sprintf("start37-%d", e.seq), fmt.Sprintf("end37-%d", e.seq)
 	e.admin.Echo(ctx, start)
 	var o out37
+	o.wrongTypeQ = st.wrongType != 0 && len(argv) > 5 && argv[5] != ""
 	res, err := e.scripts[which].EvalSha(ctx, e.users[user], keys37, argv...).Result()
 	if err != nil {
 		o.answer = "error: " + errNorm37.ReplaceAllString(err.Error(), "#")
@@ -434,11 +436,24 @@ func diff37(a, b out37) string {
 	if a.answer != b.answer {
 		d = append(d, fmt.Sprintf("answer: old %s, new %s", a.answer, b.answer))
 	}
-	if !slices.Equal(a.cmds, b.cmds) {
+	// (An error part way through, below, stops the two at different
+	// commands.)
+	wtq := a.wrongTypeQ && strings.HasPrefix(a.answer, "error") && a.answer == b.answer
+	if !wtq && (!slices.Equal(leaveNorm37(a.cmds), leaveNorm37(b.cmds)) || len(b.cmds) > len(a.cmds)+1) {
 		d = append(d, fmt.Sprintf("commands:\n  old %q\n  new %q", a.cmds, b.cmds))
 	}
 	if !slices.Equal(a.msgs, b.msgs) {
 		d = append(d, fmt.Sprintf("messages:\n  old %q\n  new %q", a.msgs, b.msgs))
+	}
+	if wtq {
+		// The queue is not a zset (or its expiries not a hash) and the
+		// call names its member: the old script failed at its first
+		// commands (its own entry's ZREM and HDEL); the new one fails where
+		// it reads the queue, as it always did without a member, after the
+		// tombstone's SET, leaving the tombstone (a replay runs again and
+		// fails the same way).
+		a.keys = slices.DeleteFunc(slices.Clone(a.keys), func(k string) bool { return strings.HasPrefix(k, keys37[2]+" ") })
+		b.keys = slices.DeleteFunc(slices.Clone(b.keys), func(k string) bool { return strings.HasPrefix(k, keys37[2]+" ") })
 	}
 	if !slices.Equal(a.keys, b.keys) {
 		d = append(d, fmt.Sprintf("keys:\n  old %q\n  new %q", a.keys, b.keys))
@@ -451,6 +466,28 @@ func diff37(a, b out37) string {
 		}
 	}
 	return strings.Join(d, "\n")
+}
+
+// leaveNorm37 is a script's commands without the removal of the caller's
+// own queue entry (ZREM and HDEL of mine37), and with a re-read of the
+// queue's head right after a read of it counted once. Since e198a20 the
+// release takes its own entry out only where it reads the queue and finds
+// someone (the old script did at its start, whatever the queue held), and
+// reads the head again when its own entry was there: the same removal and
+// reads, moved, and skipped where the queue was empty (diff37 also allows
+// the new script one command more than the old, for that re-read).
+func leaveNorm37(cmds []string) []string {
+	var out []string
+	for _, c := range cmds {
+		if (strings.HasPrefix(c, `"ZREM" "lease:{k37}:q" `) || strings.HasPrefix(c, `"HDEL" "lease:{k37}:x" `)) && strings.HasSuffix(c, ` "`+mine37+`"`) {
+			continue
+		}
+		if c == `"ZRANGE" "lease:{k37}:q" "0" "0"` && len(out) > 0 && out[len(out)-1] == c {
+			continue
+		}
+		out = append(out, c)
+	}
+	return out
 }
 
 func relArgv37(hold, member, tomb string) []any {
@@ -578,7 +615,7 @@ func TestAdversary37_ReleaseScriptMatrix(t *testing.T) {
 			}
 		}
 	}
-	bad := 0
+	bad, fewer := 0, 0
 	answers := map[string]int{}
 	for _, c := range cases {
 		o := e.run(0, c.st, c.user, c.argv)
@@ -588,6 +625,9 @@ func TestAdversary37_ReleaseScriptMatrix(t *testing.T) {
 			a = a[:40]
 		}
 		answers[a]++
+		if len(n.cmds) < len(o.cmds) {
+			fewer++
+		}
 		if d := diff37(o, n); d != "" {
 			bad++
 			if bad <= 10 {
@@ -595,7 +635,7 @@ func TestAdversary37_ReleaseScriptMatrix(t *testing.T) {
 			}
 		}
 	}
-	t.Logf("%d cases, %d differ; old answers seen: %v", len(cases), bad, answers)
+	t.Logf("%d cases, %d differ, %d ran fewer commands; old answers seen: %v", len(cases), bad, fewer, answers)
 }
 
 // TestAdversary37_MatrixSeesCommands checks the harness itself: MONITOR
@@ -637,7 +677,7 @@ func TestAdversary37_HoldArgumentNotAnInteger(t *testing.T) {
 	e := newEnv37(t)
 	now := time.Now().UnixMilli()
 	qs := queues37(now)
-	for _, hold := range []string{"nan", "-nan", "NaN", "inf", "-inf", "1e3", "0x10", " 5 ", "0.5", "-0", "abc", ""} {
+	for _, hold := range []string{"nan", "-nan", "NaN", "inf", "-inf", "1e3", "0x10", " 500 ", "0.5", "-0", "abc", ""} {
 		for _, q := range []string{"none", "liveSubFenced"} {
 			st := state37{lock: me37 + ":5", lockTTL: "10000", queue: qs[q]}
 			o := e.run(0, st, "default", relArgv37(hold, "", "l"))

@@ -68,7 +68,9 @@ func (a *call) release(ctx context.Context, hold time.Duration) released {
 // restart from a snapshot or a failover to a replica that saw the call
 // queue but not its grant brings it back, and the next release would hand
 // the key to this finished call. So the release takes it out anyway
-// (TestAdversary23_StaleRestartLeavesGrantedEntry).
+// (TestAdversary23_StaleRestartLeavesGrantedEntry) when it finds the
+// queue non-empty (an empty queue holds no entry: the common release does
+// not ask).
 func (a *call) sendRelease(ctx context.Context, hold time.Duration) (int64, error) {
 	tomb := "1"
 	if a.unbounded {

@@ -33,11 +33,13 @@
 -- queue entry), not on the key's: what every waiter of the key must hear
 -- goes to each inbox in the queue, once per Client, as the channel's
 -- length, ":", the channel, and the message.
--- The entry's expiry is written and removed with it: only when there was
--- an entry (a grant normally took it out already).
-if ARGV[6] ~= '' and redis.call('ZREM', KEYS[5], ARGV[6]) == 1 then
-  redis.call('HDEL', KEYS[6], ARGV[6])
-end
+-- The caller's queue entry (ARGV[6]) is taken out where it could matter:
+-- at once when the key is not the caller's (a waiter giving up), and on
+-- the caller's own release only after the queue's head was read and found
+-- non-empty (an empty queue holds no entry of the caller's, so the common
+-- release, with nobody queued, does not ask; a grant normally took the
+-- entry out already, but not after Redis lost writes). The entry's expiry
+-- is written and removed with it: only when there was an entry.
 -- The key first: while it holds this identity, this is a release of it,
 -- whatever tombstones an earlier grant to the same identity left (a claim
 -- released from outside, then granted to it again). Otherwise the
@@ -45,6 +47,9 @@ end
 local v = redis.call('GET', KEYS[1])
 local sep = v and string.find(v, ':', 1, true)
 if not sep or string.sub(v, 1, sep - 1) ~= ARGV[1] then
+  if ARGV[6] ~= '' and redis.call('ZREM', KEYS[5], ARGV[6]) == 1 then
+    redis.call('HDEL', KEYS[6], ARGV[6])
+  end
   local done = redis.call('GET', KEYS[3])
   if ARGV[7] == 'x' then
     -- Forced: a replay of this forced release answers as it did; a lease
@@ -78,6 +83,13 @@ if not (hold > 0) then -- as the hold-min's "hold > 0" below, NaN included
     if ARGV[7] == 'l' and type(redis.pcall(ARGV[3], KEYS[2], 'r')) ~= 'number' then return 11 end
     return 1
   end
+end
+-- Someone is queued, or a hold is set: the caller's own entry goes first
+-- (the handover below must not hand the key back to this call, nor the
+-- hold-min tell it to wait).
+if ARGV[6] ~= '' and redis.call('ZREM', KEYS[5], ARGV[6]) == 1 then
+  redis.call('HDEL', KEYS[6], ARGV[6])
+  if head then head = redis.call('ZRANGE', KEYS[5], 0, 0) end
 end
 local refused = false -- a publish was refused: the result says so (+10)
 local function tell(cmd, inbox, channel, msg)
