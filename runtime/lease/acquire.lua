@@ -18,7 +18,7 @@
 -- same grant again: the identity is compared, not just the key's existence.
 -- A grant the previous holder's release handed to this identity is found
 -- the same way; either way its TTL starts again now.
--- (nextTok: token.lua, put before this script by scripts.go.)
+-- (nextTok, takeTok: token.lua, put before this script by scripts.go.)
 -- answer is a token as the script's answer: a number below 2^53, the
 -- digits above (a number would be rounded; the client reads either).
 local function answer(tok)
@@ -27,32 +27,38 @@ local function answer(tok)
   return tok
 end
 -- The grant is tried first, with SET NX: a free key (the common case)
--- costs one command, not a read and a write. A fenced grant's token is
--- minted before it (the value carries it), from the server's time and
--- the counter, which is written only when the grant was made.
+-- costs one command, not a read and a write. A fenced grant's value
+-- carries the time token (the server's time in microseconds), which is
+-- the token unless the counter is at or past it: the counter is written,
+-- and its old value read, only once the grant was made (takeTok), and in
+-- that rare case the value is written again with the counter's next.
 local life = tonumber(ARGV[5])
 local fence = ARGV[3] == '1'
-local tok, t, set = '0', nil, nil
+local tok, t, us = '0', nil, nil
 if fence then
-  -- token = max(counter + 1, server time in microseconds): the time floor
-  -- keeps tokens increasing when the counter expires or is lost.
   t = redis.call('TIME')
-  local c = redis.pcall('GET', KEYS[2])
-  if type(c) == 'table' then
-    set = c -- not a string (set from outside): no grant, see below
-  else
-    tok = nextTok(c, tonumber(t[1]) * 1000000 + tonumber(t[2]))
-  end
+  us = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  tok = string.format('%d', us)
 end
 -- With pcall: a server at maxmemory refuses the write (OOM) whether or
 -- not the key is free, but still answers the reads below, so that a held
 -- key is still busy (with its time left) and a replay still gets its own
--- grant back, as when the key was read first; only a free key is refused
--- (so is it when the counter could not be read).
-set = set or redis.pcall('SET', KEYS[1], ARGV[1] .. ':' .. tok, 'NX', 'PX', ARGV[2])
+-- grant back, as when the key was read first; only a free key is refused.
+local set = redis.pcall('SET', KEYS[1], ARGV[1] .. ':' .. tok, 'NX', 'PX', ARGV[2])
 local refused = type(set) == 'table' and set.err ~= nil
 if set and not refused then
-  if fence then redis.call('SET', KEYS[2], tok, 'PX', ARGV[4]) end
+  if fence then
+    local nt, err = takeTok(KEYS[2], us, ARGV[4])
+    if not nt then
+      -- The counter is not a string (set from outside): no grant.
+      redis.call('DEL', KEYS[1])
+      return err
+    end
+    if nt ~= tok then
+      tok = nt
+      redis.call('SET', KEYS[1], ARGV[1] .. ':' .. tok, 'PX', ARGV[2])
+    end
+  end
   -- Out of the queue, if an earlier acquire of this call put it there;
   -- its entry's expiry only then (the two are written together).
   if life > 0 and redis.call('ZREM', KEYS[3], ARGV[6]) == 1 then

@@ -476,9 +476,25 @@ func diff37(a, b out37) string {
 // reads the head again when its own entry was there: the same removal and
 // reads, moved, and skipped where the queue was empty (diff37 also allows
 // the new script one command more than the old, for that re-read).
+//
+// The fencing counter's read and write (GET, then SET with the new token)
+// became one SET ... GET of the time token, followed by the SET of the
+// counter's next when the counter was at or past the time (always, here:
+// fence37 is above the clock): both are counted as the last SET of the
+// counter, without GET.
 func leaveNorm37(cmds []string) []string {
+	const ctr = `"lease:{k37}:f"`
 	var out []string
-	for _, c := range cmds {
+	for i, c := range cmds {
+		if c == `"GET" `+ctr {
+			continue
+		}
+		if strings.HasPrefix(c, `"SET" `+ctr+` `) {
+			if i+1 < len(cmds) && strings.HasPrefix(cmds[i+1], `"SET" `+ctr+` `) {
+				continue
+			}
+			c = strings.TrimSuffix(c, ` "GET"`)
+		}
 		if (strings.HasPrefix(c, `"ZREM" "lease:{k37}:q" `) || strings.HasPrefix(c, `"HDEL" "lease:{k37}:x" `)) && strings.HasSuffix(c, ` "`+mine37+`"`) {
 			continue
 		}

@@ -167,8 +167,9 @@ if #head > 0 then
       if id then
         local tok = '0'
         if fence == '1' then
-          tok = nextTok(redis.call('GET', KEYS[4]), tonumber(t[1]) * 1000000 + tonumber(t[2]))
-          redis.call('SET', KEYS[4], tok, 'PX', ARGV[5])
+          local err
+          tok, err = takeTok(KEYS[4], tonumber(t[1]) * 1000000 + tonumber(t[2]), ARGV[5])
+          if not tok then error(err) end
         end
         -- The waiter gets its full TTL when its Client's subscription is
         -- connected to this server (its own channel, the probe, has a

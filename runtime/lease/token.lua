@@ -14,3 +14,24 @@ local function nextTok(cs, us)
   if i == 0 then return '1' .. string.rep('0', #cs) end
   return string.sub(cs, 1, i - 1) .. string.char(string.byte(cs, i) + 1) .. string.rep('0', #cs - i)
 end
+-- takeTok mints the next fencing token into the counter ck (expiry px
+-- ms) and returns it. It writes the time token us first, reading the
+-- counter's old value in the same command (SET ... GET, Redis 6.2): that
+-- is the next token unless the counter was at or past it (a clock behind
+-- an earlier token, after a failover, or a counter set from outside), and
+-- only then is max(counter + 1, us) written over it. One command where a
+-- read and a write were two. Before Redis 6.2 (SET ... GET is a syntax
+-- error there) it reads, then writes. Returns nil and the error reply
+-- when the counter is not a string (nothing written then).
+local function takeTok(ck, us, px)
+  local tok = string.format('%d', us)
+  local c = redis.pcall('SET', ck, tok, 'PX', px, 'GET')
+  if type(c) == 'table' and c.err and string.find(c.err, 'syntax', 1, true) then
+    c = redis.pcall('GET', ck)
+    if type(c) ~= 'table' then redis.call('SET', ck, tok, 'PX', px) end
+  end
+  if type(c) == 'table' then return nil, c end
+  local want = nextTok(c, us)
+  if want ~= tok then redis.call('SET', ck, want, 'PX', px) end
+  return want
+end
