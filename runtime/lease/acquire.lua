@@ -18,7 +18,7 @@
 -- same grant again: the identity is compared, not just the key's existence.
 -- A grant the previous holder's release handed to this identity is found
 -- the same way; either way its TTL starts again now.
--- (nextTok, takeTok: token.lua, put before this script by scripts.go.)
+-- (takeTok: token.lua, put before this script by scripts.go.)
 -- answer is a token as the script's answer: a number below 2^53, the
 -- digits above (a number would be rounded; the client reads either).
 local function answer(tok)

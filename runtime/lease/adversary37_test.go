@@ -234,7 +234,7 @@ const (
 var keys37 = []string{"lease:{k37}:l", "lease:{k37}:c", "lease:{k37}:r:" + me37, "lease:{k37}:f", "lease:{k37}:q", "lease:{k37}:x"}
 
 // releaseScripts37 returns e198a20's release script and the current one,
-// each with token.lua before it (as scripts.go builds them).
+// each with its token.lua before it (as scripts.go builds them).
 func releaseScripts37(t *testing.T) (old, cur *redis.Script) {
 	t.Helper()
 	tok, err := os.ReadFile("token.lua")
@@ -245,8 +245,28 @@ func releaseScripts37(t *testing.T) (old, cur *redis.Script) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return redis.NewScript(string(tok) + oldRelease37), redis.NewScript(string(tok) + string(rel))
+	return redis.NewScript(oldToken37 + oldRelease37), redis.NewScript(string(tok) + string(rel))
 }
+
+// oldToken37 is `git show e198a20:runtime/lease/token.lua`, which the old
+// release script calls (nextTok).
+const oldToken37 = `-- Shared by acquire.lua and release.lua (scripts.go puts it before each).
+-- nextTok is the next fencing token, max(counter + 1, us), as a decimal
+-- string: exact for a counter past 2^53 too (one set from outside), where
+-- doubles skip integers (c + 1 == c), by incrementing its digits.
+local function nextTok(cs, us)
+  local c = tonumber(cs or '0') or 0
+  if c < 9007199254740991 or not string.find(cs, '^[1-9]%d*$') then
+    local n = c + 1
+    if us > n then n = us end
+    return string.format('%d', n)
+  end
+  local i = #cs
+  while i > 0 and string.byte(cs, i) == 57 do i = i - 1 end
+  if i == 0 then return '1' .. string.rep('0', #cs) end
+  return string.sub(cs, 1, i - 1) .. string.char(string.byte(cs, i) + 1) .. string.rep('0', #cs - i)
+end
+`
 
 type env37 struct {
 	t       *testing.T

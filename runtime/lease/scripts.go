@@ -13,7 +13,7 @@ var (
 	renewSrc string
 	//go:embed release.lua
 	releaseSrc string
-	// token.lua is nextTok, the fencing token's minting, which both the
+	// token.lua is takeTok, the fencing token's minting, which both the
 	// acquire and the release (a handover) do: put before each.
 	//go:embed token.lua
 	tokenSrc string
