@@ -337,7 +337,7 @@ type state37 struct {
 }
 
 type out37 struct {
-	wrongTypeQ bool // the state's queue (or its expiries) was a string and the call named its member
+	wrongTypeQ bool // the state's queue (or its expiries) was a string
 	answer     string
 	cmds       []string
 	msgs       []string
@@ -382,7 +382,7 @@ func (e *env37) run(which int, st state37, user string, argv []any) out37 {
 	start, end := fmt.Sprintf("start37-%d", e.seq), fmt.Sprintf("end37-%d", e.seq)
 	e.admin.Echo(ctx, start)
 	var o out37
-	o.wrongTypeQ = st.wrongType != 0 && len(argv) > 5 && argv[5] != ""
+	o.wrongTypeQ = st.wrongType != 0
 	res, err := e.scripts[which].EvalSha(ctx, e.users[user], keys37, argv...).Result()
 	if err != nil {
 		o.answer = "error: " + errNorm37.ReplaceAllString(err.Error(), "#")
@@ -466,12 +466,13 @@ func diff37(a, b out37) string {
 		d = append(d, fmt.Sprintf("messages:\n  old %q\n  new %q", a.msgs, b.msgs))
 	}
 	if wtq {
-		// The queue is not a zset (or its expiries not a hash) and the
-		// call names its member: the old script failed at its first
-		// commands (its own entry's ZREM and HDEL); the new one fails where
-		// it reads the queue, as it always did without a member, after the
-		// tombstone's SET, leaving the tombstone (a replay runs again and
-		// fails the same way).
+		// The queue is not a zset (or its expiries not a hash): both
+		// scripts fail part way through, the old one at its first commands
+		// when the call names its member (its own entry's ZREM and HDEL),
+		// else after the tombstone's SET; the new one where it reads the
+		// queue, before it writes the tombstone. Either way a replay runs
+		// again and fails the same way: whether the tombstone is left
+		// does not matter.
 		a.keys = slices.DeleteFunc(slices.Clone(a.keys), func(k string) bool { return strings.HasPrefix(k, keys37[2]+" ") })
 		b.keys = slices.DeleteFunc(slices.Clone(b.keys), func(k string) bool { return strings.HasPrefix(k, keys37[2]+" ") })
 	}
@@ -479,6 +480,9 @@ func diff37(a, b out37) string {
 		d = append(d, fmt.Sprintf("keys:\n  old %q\n  new %q", a.keys, b.keys))
 	} else {
 		for k, x := range a.pttl {
+			if wtq && k == keys37[2] {
+				continue
+			}
 			y := b.pttl[k]
 			if (x < 0 || y < 0) && x != y || x-y > 300 || y-x > 300 {
 				d = append(d, fmt.Sprintf("pttl of %s: old %d, new %d", k, x, y))
@@ -502,10 +506,23 @@ func diff37(a, b out37) string {
 // counter's next when the counter was at or past the time (always, here:
 // fence37 is above the clock): both are counted as the last SET of the
 // counter, without GET.
+//
+// The tombstone's SET moved after the release's first write that frees
+// memory (so that a release goes through at maxmemory): it is compared
+// as written or not, with its value, not by its place. A hold-min's SET
+// of the lock got a PEXPIRE before it, for the same reason (diff37 allows
+// the new script one command more).
 func leaveNorm37(cmds []string) []string {
 	const ctr = `"lease:{k37}:f"`
-	var out []string
+	var out, tombs []string
 	for i, c := range cmds {
+		if strings.HasPrefix(c, `"SET" "`+keys37[2]+`" `) {
+			tombs = append(tombs, c)
+			continue
+		}
+		if strings.HasPrefix(c, `"PEXPIRE" "lease:{k37}:l" `) {
+			continue // the hold-min's first write (see release.lua)
+		}
 		if c == `"GET" `+ctr {
 			continue
 		}
@@ -523,7 +540,7 @@ func leaveNorm37(cmds []string) []string {
 		}
 		out = append(out, c)
 	}
-	return out
+	return append(out, tombs...)
 }
 
 func relArgv37(hold, member, tomb string) []any {
@@ -689,6 +706,9 @@ func TestAdversary37_MatrixSeesCommands(t *testing.T) {
 			`"DEL" "lease:{k37}:l"`,
 			`"PUBLISH" "lease:{k37}:c" "r"`,
 		}
+		if which == 1 { // the tombstone after the DEL (see leaveNorm37)
+			want = []string{want[0], want[2], want[3], want[1], want[4]}
+		}
 		if o.answer != "1" || !slices.Equal(o.cmds, want) || !slices.Equal(o.msgs, []string{"lease:{k37}:c <- r"}) {
 			t.Errorf("script %d: answer %s, commands %q, messages %q", which, o.answer, o.cmds, o.msgs)
 		}
@@ -726,6 +746,10 @@ func TestAdversary37_HoldArgumentNotAnInteger(t *testing.T) {
 					t.Logf("hold %q: old %s; new %s", hold, o.answer, n.answer)
 				}
 				o.answer, n.answer = "error", "error"
+				// The argument is refused by the hold-min's first write:
+				// the old script's SET, the new one's PEXPIRE (see
+				// release.lua). The keys left are compared below.
+				o.cmds, n.cmds = nil, nil
 			}
 			if d := diff37(o, n); d != "" {
 				t.Errorf("hold %q, queue %s:\n%s", hold, q, d)

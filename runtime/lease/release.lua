@@ -71,15 +71,20 @@ local hold = tonumber(ARGV[2])
 -- A release with nobody queued (the common case) ends here, before the
 -- helpers below are made (a script makes its local functions anew on
 -- every call).
+-- The tombstone is written after the release's first write that frees
+-- memory (DEL, or a queue entry's ZREM): a server at maxmemory refuses a
+-- script's first write that may grow memory (SET) but, once the script
+-- has written, lets it finish, so that a release goes through at
+-- maxmemory (TestAdversary39_OOMRelease).
 local head
 if not (hold > 0) then -- as the hold-min's "hold > 0" below, NaN included
-  redis.call('SET', KEYS[3], ARGV[7], 'PX', ARGV[4])
   -- The queue's head is read at once, without asking first whether the
   -- queue exists: a handover calls one command less, and a release with
   -- no queue costs the same (an empty range of a missing key).
   head = redis.call('ZRANGE', KEYS[5], 0, 0)
   if #head == 0 then
     redis.call('DEL', KEYS[1])
+    redis.call('SET', KEYS[3], ARGV[7], 'PX', ARGV[4])
     if ARGV[7] == 'l' and type(redis.pcall(ARGV[3], KEYS[2], 'r')) ~= 'number' then return 11 end
     return 1
   end
@@ -115,6 +120,9 @@ local function tellWaiters(queue, channel, msg, cmd)
   end
 end
 if hold > 0 then
+  -- PEXPIRE first: a write that does not grow memory (see above), so
+  -- that the SETs after it go through at maxmemory.
+  redis.call('PEXPIRE', KEYS[1], hold)
   redis.call('SET', KEYS[1], '~' .. v, 'PX', hold)
   redis.call('SET', KEYS[3], 'h', 'PX', ARGV[4])
   announce(ARGV[3], KEYS[2], 'h')
@@ -169,7 +177,9 @@ if #head > 0 then
         if fence == '1' then
           local err
           tok, err = takeTok(KEYS[4], tonumber(t[1]) * 1000000 + tonumber(t[2]), ARGV[5])
-          if not tok then error(err) end
+          -- A counter of another type: the error as the answer (raised,
+          -- a table is not a message before Redis 7).
+          if not tok then return err end
         end
         -- The waiter gets its full TTL when its Client's subscription is
         -- connected to this server (its own channel, the probe, has a
@@ -201,6 +211,7 @@ if #head > 0 then
         end
         if full then px = tonumber(ttl) end
         redis.call('SET', KEYS[1], id .. ':' .. tok, 'PX', px)
+        redis.call('SET', KEYS[3], ARGV[7], 'PX', ARGV[4])
         announce(ARGV[3], KEYS[2], note(px))
         return result(1)
       end
@@ -208,5 +219,6 @@ if #head > 0 then
   end
 end
 redis.call('DEL', KEYS[1])
+redis.call('SET', KEYS[3], ARGV[7], 'PX', ARGV[4])
 if ARGV[7] == 'l' then announce(ARGV[3], KEYS[2], 'r') end
 return result(1)
