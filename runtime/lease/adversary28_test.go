@@ -60,15 +60,7 @@ func TestAdversary28_OOMStillAnswersBusyAndReplays(t *testing.T) {
 	srv := leasetest.StartRedis(t)
 	admin := srv.Client(t)
 	ctx := context.Background()
-	full := func(on bool) {
-		v := "0"
-		if on {
-			v = "1"
-		}
-		if err := admin.ConfigSet(ctx, "maxmemory", v).Err(); err != nil {
-			t.Fatal(err)
-		}
-	}
+	full := maxmemoryFull(t, admin)
 	shapes := []lease.Spec{
 		{TTL: 10 * time.Second, Deadline: 20 * time.Second, Fence: true},
 		{TTL: 10 * time.Second, Deadline: 20 * time.Second, Fence: true, Wait: time.Second},

@@ -26,16 +26,7 @@ func TestAdversary39_OOMRelease(t *testing.T) {
 	srv := leasetest.StartRedis(t)
 	admin := srv.Client(t)
 	ctx := context.Background()
-	oom := func(on bool) {
-		t.Helper()
-		v := "0"
-		if on {
-			v = "1"
-		}
-		if err := admin.ConfigSet(ctx, "maxmemory", v).Err(); err != nil {
-			t.Fatal(err)
-		}
-	}
+	oom := maxmemoryFull(t, admin)
 	t.Cleanup(func() { oom(false) })
 	base := lease.Spec{TTL: 5 * time.Second, Deadline: 10 * time.Second}
 	specs := map[string]lease.Spec{"plain": base}

@@ -43,15 +43,7 @@ func TestAdversary39_OOMReleaseOfAWaitedCall(t *testing.T) {
 	srv := leasetest.StartRedis(t)
 	admin := srv.Client(t)
 	ctx := context.Background()
-	full := func(on bool) {
-		v := "0"
-		if on {
-			v = "1"
-		}
-		if err := admin.ConfigSet(ctx, "maxmemory", v).Err(); err != nil {
-			t.Fatal(err)
-		}
-	}
+	full := maxmemoryFull(t, admin)
 	defer full(false)
 	hc, _ := newClient(t, srv.Client(t))
 	wc, _ := newClient(t, srv.Client(t))

@@ -103,3 +103,19 @@ var keySeq atomic.Int64
 func uniqueKey(t *testing.T) string {
 	return fmt.Sprintf("%s-%d", t.Name(), keySeq.Add(1))
 }
+
+// maxmemoryFull returns a switch that puts the server admin talks to at
+// maxmemory (1 byte, noeviction: writes that may grow memory are refused
+// with OOM) or back (0: no limit).
+func maxmemoryFull(t *testing.T, admin *redis.Client) func(on bool) {
+	return func(on bool) {
+		t.Helper()
+		v := "0"
+		if on {
+			v = "1"
+		}
+		if err := admin.ConfigSet(context.Background(), "maxmemory", v).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
