@@ -42,8 +42,10 @@ if fence then
 end
 -- With pcall: a server at maxmemory refuses the write (OOM) whether or
 -- not the key is free, but still answers the reads below, so that a held
--- key is still busy (with its time left) and a replay still gets its own
--- grant back, as when the key was read first; only a free key is refused.
+-- key is still busy (with its time left) for a call that will not wait
+-- and a replay still gets its own grant back, as when the key was read
+-- first; a free key is refused, and so is a call that would wait (its
+-- queue entry is a write: TestAdversary40_WaiterAtMaxmemory).
 local set = redis.pcall('SET', KEYS[1], ARGV[1] .. ':' .. tok, 'NX', 'PX', ARGV[2])
 local refused = type(set) == 'table' and set.err ~= nil
 if set and not refused then

@@ -46,7 +46,8 @@ func tokScripts(t *testing.T) (acq, rel [2]*redis.Script) {
 
 // counterStates are the fencing counter's values before a fenced grant,
 // with the token each must give ("" the time floor: the server's time in
-// microseconds, at least the time before the call).
+// microseconds, at least the time before the call; "!" none: refused,
+// the counter left as it was).
 func counterStates(now int64) []struct{ name, counter, want string } {
 	ahead := strconv.FormatInt(now+3_600_000_000, 10) // an hour ahead of the clock
 	aheadNext := strconv.FormatInt(now+3_600_000_001, 10)
@@ -57,7 +58,9 @@ func counterStates(now int64) []struct{ name, counter, want string } {
 		{"not a number", "x9", ""},
 		{"ahead", ahead, aheadNext},
 		{"past 2^53", "9007199254740993", "9007199254740994"},
-		{"all nines", "99999999999999999999", "100000000000000000000"},
+		{"all nines", "999999999999999999", "1000000000000000000"},
+		// No greater token the client can read (int64): refused.
+		{"at 2^63 - 1", "9223372036854775807", "!"},
 	}
 }
 
@@ -85,6 +88,12 @@ func TestFencedGrantTokenFromCounter(t *testing.T) {
 			before := time.Now().UnixMicro()
 			res, err := s.Run(ctx, rdb, keys, id, 10000, "1", 600000, 0, "", "lease:{t}:c", 1).Result()
 			after := time.Now().UnixMicro()
+			if cs.want == "!" {
+				if err == nil || !strings.Contains(err.Error(), "2^63") || rdb.Exists(ctx, keys[0]).Val() != 0 || rdb.Get(ctx, keys[1]).Val() != cs.counter {
+					t.Errorf("%s: %v %v, lock %q, counter %q; want refused, no lock, the counter as it was", name, res, err, rdb.Get(ctx, keys[0]).Val(), rdb.Get(ctx, keys[1]).Val())
+				}
+				continue
+			}
 			if err != nil {
 				t.Errorf("%s: %v", name, err)
 				continue
@@ -159,6 +168,12 @@ func TestFencedHandoverTokenFromCounter(t *testing.T) {
 			before := time.Now().UnixMicro()
 			res, err := s.Run(ctx, rdb, keys, me, 0, "PUBLISH", 60000, 600000, "", "1").Result()
 			after := time.Now().UnixMicro()
+			if cs.want == "!" {
+				if err == nil || !strings.Contains(err.Error(), "2^63") || rdb.Get(ctx, keys[0]).Val() != me+":5" || rdb.Get(ctx, keys[3]).Val() != cs.counter {
+					t.Errorf("%s: %v %v, lock %q, counter %q; want refused, the lock the holder's, the counter as it was", name, res, err, rdb.Get(ctx, keys[0]).Val(), rdb.Get(ctx, keys[3]).Val())
+				}
+				continue
+			}
 			if err != nil || fmt.Sprint(res) != "1" {
 				t.Errorf("%s: %v %v, want handed over (1)", name, res, err)
 				continue

@@ -106,7 +106,8 @@ func uniqueKey(t *testing.T) string {
 
 // maxmemoryFull returns a switch that puts the server admin talks to at
 // maxmemory (1 byte, noeviction: writes that may grow memory are refused
-// with OOM) or back (0: no limit).
+// with OOM) or back (0: no limit). It may be called from any goroutine
+// (a function run by Do): a failure is reported with t.Error.
 func maxmemoryFull(t *testing.T, admin *redis.Client) func(on bool) {
 	return func(on bool) {
 		t.Helper()
@@ -115,7 +116,7 @@ func maxmemoryFull(t *testing.T, admin *redis.Client) func(on bool) {
 			v = "1"
 		}
 		if err := admin.ConfigSet(context.Background(), "maxmemory", v).Err(); err != nil {
-			t.Fatal(err)
+			t.Error(err)
 		}
 	}
 }
