@@ -71,20 +71,28 @@ local hold = tonumber(ARGV[2])
 -- A release with nobody queued (the common case) ends here, before the
 -- helpers below are made (a script makes its local functions anew on
 -- every call).
--- The tombstone is written after the release's first write that frees
--- memory (DEL, or a queue entry's ZREM): a server at maxmemory refuses a
--- script's first write that may grow memory (SET) but, once the script
--- has written, lets it finish, so that a release goes through at
--- maxmemory (TestAdversary39_OOMRelease).
-local head
+-- The tombstone is the release's first write, so that a refusal of it
+-- (an ACL without SET) leaves everything as it was
+-- (TestAdversary17_ACLMissingCommandsRefusesCleanly). At maxmemory the
+-- server refuses a script's first write that may grow memory (SET) but,
+-- once the script has written, lets it finish: refused with OOM, the
+-- tombstone is written after the release's first write that frees memory
+-- (DEL, or a queue entry's ZREM) instead (late), so that a release goes
+-- through at maxmemory (TestAdversary39_OOMRelease).
+local head, late
 if not (hold > 0) then -- as the hold-min's "hold > 0" below, NaN included
+  local r = redis.pcall('SET', KEYS[3], ARGV[7], 'PX', ARGV[4])
+  if type(r) == 'table' and r.err then
+    if not string.find(r.err, 'OOM', 1, true) then return r end
+    late = true
+  end
   -- The queue's head is read at once, without asking first whether the
   -- queue exists: a handover calls one command less, and a release with
   -- no queue costs the same (an empty range of a missing key).
   head = redis.call('ZRANGE', KEYS[5], 0, 0)
   if #head == 0 then
     redis.call('DEL', KEYS[1])
-    redis.call('SET', KEYS[3], ARGV[7], 'PX', ARGV[4])
+    if late then redis.call('SET', KEYS[3], ARGV[7], 'PX', ARGV[4]) end
     if ARGV[7] == 'l' and type(redis.pcall(ARGV[3], KEYS[2], 'r')) ~= 'number' then return 11 end
     return 1
   end
@@ -136,10 +144,15 @@ local function tellWaiters(queue, channel, msg, cmd)
   end
 end
 if hold > 0 then
-  -- PEXPIRE first: a write that does not grow memory (see above), so
-  -- that the SETs after it go through at maxmemory.
-  redis.call('PEXPIRE', KEYS[1], hold)
-  redis.call('SET', KEYS[1], '~' .. v, 'PX', hold)
+  -- The lock's SET first (a refusal by an ACL changes nothing); refused
+  -- at maxmemory, after a PEXPIRE (a write that does not grow memory, see
+  -- above).
+  local r = redis.pcall('SET', KEYS[1], '~' .. v, 'PX', hold)
+  if type(r) == 'table' and r.err then
+    if not string.find(r.err, 'OOM', 1, true) then return r end
+    redis.call('PEXPIRE', KEYS[1], hold)
+    redis.call('SET', KEYS[1], '~' .. v, 'PX', hold)
+  end
   redis.call('SET', KEYS[3], 'h', 'PX', ARGV[4])
   announce(ARGV[3], KEYS[2], 'h')
   tellWaiters(KEYS[5], KEYS[2], 'h', ARGV[3])
@@ -232,7 +245,7 @@ if #head > 0 then
         end
         if full then px = tonumber(ttl) end
         redis.call('SET', KEYS[1], id .. ':' .. tok, 'PX', px)
-        redis.call('SET', KEYS[3], ARGV[7], 'PX', ARGV[4])
+        if late then redis.call('SET', KEYS[3], ARGV[7], 'PX', ARGV[4]) end
         announce(ARGV[3], KEYS[2], note(px))
         return result(1)
       end
@@ -240,6 +253,6 @@ if #head > 0 then
   end
 end
 redis.call('DEL', KEYS[1])
-redis.call('SET', KEYS[3], ARGV[7], 'PX', ARGV[4])
+if late then redis.call('SET', KEYS[3], ARGV[7], 'PX', ARGV[4]) end
 if ARGV[7] == 'l' then announce(ARGV[3], KEYS[2], 'r') end
 return result(1)

@@ -51,9 +51,8 @@ func TestUncontendedServerCommands(t *testing.T) {
 	c, _ := newClient(t, rdb)
 	ctx := context.Background()
 	nop := func(context.Context) error { return nil }
-	// The release, every shape: GET (the holder), ZRANGE (the queue's
-	// head: none), DEL, SET (its tombstone, after a write that frees
-	// memory: TestAdversary39_OOMRelease). A call that may have queued
+	// The release, every shape: GET (the holder), SET (its tombstone),
+	// ZRANGE (the queue's head: none), DEL. A call that may have queued
 	// takes its entry out only when the head it read says someone is
 	// queued (its grant normally did already, but not after Redis lost
 	// writes: TestAdversary23_StaleRestartLeavesGrantedEntry); an empty
