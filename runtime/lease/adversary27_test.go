@@ -2,6 +2,7 @@ package lease_test
 
 import (
 	"context"
+	"fmt"
 	"errors"
 	"slices"
 	"strings"
@@ -17,10 +18,12 @@ import (
 	"github.com/leasegen/leasegen/runtime/leasetest"
 )
 
-// adv27IsRelease tells the release script's command by its literal
-// "PUBLISH" argument (release.go's argv).
+// adv27IsRelease tells a release's command by its script: release.lua's
+// (with its literal "PUBLISH" argument, release.go's argv) or
+// quickrelease.lua's (by its SHA1).
 func adv27IsRelease(cmd redis.Cmder) bool {
-	return slices.Contains(cmd.Args(), any("PUBLISH"))
+	a := cmd.Args()
+	return slices.Contains(a, any("PUBLISH")) || len(a) > 1 && fmt.Sprint(a[1]) == lease.QuickReleaseScript.Hash()
 }
 
 // adv27Hook calls onRelease with the context go-redis runs the release
