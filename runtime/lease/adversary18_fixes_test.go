@@ -653,11 +653,6 @@ func TestAdversary18_LeadDeadlineBlackholeBounded(t *testing.T) {
 			if err := c.Do(context.Background(), "adv18-warm", lease.Spec{TTL: time.Second, Deadline: time.Second, Fence: true}, func(context.Context) error { return nil }); err != nil {
 				t.Fatal(err)
 			}
-			// That call released by quickrelease.lua: the term's release
-			// runs release.lua.
-			if err := lease.ReleaseScript.Load(context.Background(), direct).Err(); err != nil {
-				t.Fatal(err)
-			}
 			ctx, cancel := context.WithTimeout(context.Background(), 400*time.Millisecond)
 			defer cancel()
 			deadline, _ := ctx.Deadline()

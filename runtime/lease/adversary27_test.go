@@ -2,7 +2,6 @@ package lease_test
 
 import (
 	"context"
-	"fmt"
 	"errors"
 	"slices"
 	"strings"
@@ -18,12 +17,10 @@ import (
 	"github.com/leasegen/leasegen/runtime/leasetest"
 )
 
-// adv27IsRelease tells a release's command by its script: release.lua's
-// (with its literal "PUBLISH" argument, release.go's argv) or
-// quickrelease.lua's (by its SHA1).
+// adv27IsRelease tells the release script's command by its literal
+// "PUBLISH" argument (release.go's argv).
 func adv27IsRelease(cmd redis.Cmder) bool {
-	a := cmd.Args()
-	return slices.Contains(a, any("PUBLISH")) || len(a) > 1 && fmt.Sprint(a[1]) == lease.QuickReleaseScript.Hash()
+	return slices.Contains(cmd.Args(), any("PUBLISH"))
 }
 
 // adv27Hook calls onRelease with the context go-redis runs the release
