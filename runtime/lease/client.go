@@ -390,7 +390,7 @@ func (x *abandonedRelease) start(c *Client, k *keys, tomb, id, member *string, t
 		defer close(x.done)
 		ctx, cancel := context.WithTimeout(context.Background(), c.releaseTimeout)
 		defer cancel()
-		_, _ = c.releaseWith(ctx, x.r, k, tomb, id, member, 0, tombVal, false)
+		_, _ = c.releaseWith(ctx, x.r, k, tomb, id, member, 0, tombVal)
 	}()
 }
 

@@ -49,6 +49,3 @@ func CallHasGrantPart(ctx context.Context) (has, ok bool) {
 // ReleaseScript is the release script a Client runs (token.lua and
 // release.lua), for benchmarks that run it outside a call.
 var ReleaseScript = releaseScript.Script
-
-// QuickReleaseScript is quickrelease.lua, the release with nobody queued.
-var QuickReleaseScript = quickReleaseScript.Script

@@ -401,7 +401,7 @@ func (c *Client) releaseKept(l *Lease, deadline time.Time, sent func()) {
 	a := l.a
 	// With the call's queue member: a Redis that lost writes may have
 	// brought its entry back (see sendRelease).
-	res, err := c.releaseWith(ctx, nil, &a.k, &a.tomb, &a.id, &a.member, hold, "1", false)
+	res, err := c.releaseWith(ctx, nil, &a.k, &a.tomb, &a.id, &a.member, hold, "1")
 	l.ended.Store(true)
 	took := time.Since(start)
 	if sent != nil {
@@ -433,5 +433,5 @@ func (c *Client) dropEntry(a *call, deadline time.Time) {
 	}
 	ctx, cancel := context.WithDeadline(context.Background(), deadline)
 	defer cancel()
-	_, _ = c.releaseWith(ctx, nil, &a.k, &a.tomb, &a.id, &a.member, 0, "1", false)
+	_, _ = c.releaseWith(ctx, nil, &a.k, &a.tomb, &a.id, &a.member, 0, "1")
 }

@@ -76,10 +76,7 @@ func (a *call) sendRelease(ctx context.Context, hold time.Duration) (int64, erro
 	if a.unbounded {
 		tomb = "l" // a leader term: a watch hears it step down (release.lua)
 	}
-	// A call that never waited expects nobody queued: quickRelease first
-	// (a call that waited was probably handed the key by a release with
-	// others queued, and most likely hands it on).
-	return a.c.releaseWith(ctx, a.newRelArgs(), &a.k, &a.tomb, &a.id, &a.member, hold, tomb, a.busySeq == 0)
+	return a.c.releaseWith(ctx, a.newRelArgs(), &a.k, &a.tomb, &a.id, &a.member, hold, tomb)
 }
 
 // releaseAs runs the release script for identity id: the holder's own
@@ -87,31 +84,23 @@ func (a *call) sendRelease(ctx context.Context, hold time.Duration) (int64, erro
 // outside (tomb "x").
 func (c *Client) releaseAs(ctx context.Context, k keys, id, member string, hold time.Duration, tomb string) (int64, error) {
 	tombKey := k.tomb + id
-	return c.releaseWith(ctx, nil, &k, &tombKey, &id, &member, hold, tomb, false)
+	return c.releaseWith(ctx, nil, &k, &tombKey, &id, &member, hold, tomb)
 }
 
 // relArgs are one release's arguments: one allocation.
 type relArgs struct {
-	argv  [3 + 6 + 7]any
-	hold  intArg
-	qargv [3 + 3 + 2]any // quickRelease's
-	qttl  intArg         // quickRelease's tombstone TTL (counts its writes)
+	argv [3 + 6 + 7]any
+	hold intArg
 }
 
 // releaseWith is releaseAs with the tombstone key already built, its
 // arguments in r (nil: allocated here; a call's own release uses the
 // call's). The strings it is given are read while the command is written:
 // the caller keeps them unchanged until it returns. member may be nil (no
-// queue entry). quick: try quickRelease first (a holder's own release
-// without a hold, tomb "1", that expects nobody queued).
-func (c *Client) releaseWith(ctx context.Context, r *relArgs, k *keys, tombKey, id, member *string, hold time.Duration, tomb string, quick bool) (int64, error) {
+// queue entry).
+func (c *Client) releaseWith(ctx context.Context, r *relArgs, k *keys, tombKey, id, member *string, hold time.Duration, tomb string) (int64, error) {
 	if r == nil {
 		r = new(relArgs)
-	}
-	if quick && hold <= 0 && tomb == "1" {
-		if res, done, err := c.quickRelease(ctx, r, k, tombKey, id); done {
-			return res, err
-		}
 	}
 	// Always the argument's own: its MarshalBinary counts the writes (see
 	// written).
@@ -153,37 +142,6 @@ func (c *Client) releaseWith(ctx context.Context, r *relArgs, k *keys, tombKey, 
 		c.publishRefused(k)
 	}
 	return res, err
-}
-
-// quickRelease runs quickrelease.lua: a release with nobody queued, in a
-// script of fewer arguments than release.lua's. done is false when it
-// changed nothing (the key not the identity's, someone queued, the
-// tombstone refused): release.lua then decides, one round trip later.
-// Where it acts, release.lua would have done the same (see
-// quickrelease.lua), so that its errors are the release's: a redirect is
-// retried as release.lua's is, and a reply that is lost leaves the
-// release's outcome unknown. go-redis's replay of a quick release that ran
-// answers -9 (the key is gone) and release.lua then finds its tombstone.
-func (c *Client) quickRelease(ctx context.Context, r *relArgs, k *keys, tombKey, id *string) (res int64, done bool, err error) {
-	r.qttl.n = c.tombTTL().Milliseconds()
-	r.qargv = [...]any{nil, nil, "3", sarg(&k.lock), sarg(tombKey), sarg(&k.queue), sarg(id), &r.qttl}
-	res, err = c.evalArgs(ctx, quickReleaseScript, r.qargv[:])
-	if err != nil && classify(err) == outRedirect {
-		err = c.retryRedirected(ctx, c.releaseTimeout, err, func() (err error) {
-			res, err = c.evalArgs(ctx, quickReleaseScript, r.qargv[:])
-			return err
-		})
-	}
-	switch {
-	case err != nil:
-		if notSent(err) && r.qttl.writes.Load() > 0 {
-			err = executedError{err} // see releaseWith
-		}
-		return 0, true, err
-	case res == 1:
-		return 1, true, nil
-	}
-	return 0, false, nil
 }
 
 // retryRelease sends a release again after a slot redirect (TRYAGAIN

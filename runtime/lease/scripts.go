@@ -13,8 +13,6 @@ var (
 	renewSrc string
 	//go:embed release.lua
 	releaseSrc string
-	//go:embed quickrelease.lua
-	quickReleaseSrc string
 	// token.lua is takeTok, the fencing token's minting, which both the
 	// acquire and the release (a handover) do: put before each.
 	//go:embed token.lua
@@ -25,7 +23,4 @@ var (
 	acquireScript = newScript(tokenSrc + acquireSrc)
 	renewScript   = redis.NewScript(renewSrc)
 	releaseScript = newScript(tokenSrc + releaseSrc)
-	// The release with nobody queued: without token.lua, whose function a
-	// script would make anew on every call.
-	quickReleaseScript = newScript(quickReleaseSrc)
 )
