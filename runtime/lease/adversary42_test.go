@@ -89,7 +89,6 @@ func TestAdversary42_SlowRedisReleaseWithWaiter(t *testing.T) {
 // release finds that out (answer 0 within the lease's validity) in its one
 // round trip, and Do returns ErrLost (round 42: with two round trips the
 // answer came after the budget, and Do returned nil).
-
 func TestAdversary42_SlowRedisDeletedFromOutsideIsLost(t *testing.T) {
 	c, rec, admin, _ := adv42Slow(t, 60*time.Millisecond, 100*time.Millisecond)
 	key := uniqueKey(t)
