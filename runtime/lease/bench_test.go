@@ -151,7 +151,7 @@ func interleave(b *testing.B, runs []func() error, names ...string) []time.Durat
 //   - args: the same, with the compare-delete sent the release's 6 keys
 //     and 7 arguments;
 //   - commands: that, with the commands a release with nobody queued adds
-//     (the tombstone's SET, whether the queue exists);
+//     (the tombstone's SET, the queue's head);
 //   - script: SET NX PX and the runtime's own release script, sent by
 //     go-redis as any script is (what the server does for a lease.Do);
 //   - do: lease.Do.
@@ -187,7 +187,7 @@ return 1`)
 local v = redis.call('GET', KEYS[1])
 if v ~= ARGV[1] .. ':0' then return 0 end
 redis.call('SET', KEYS[3], ARGV[7], 'PX', ARGV[4])
-redis.call('EXISTS', KEYS[5])
+redis.call('ZRANGE', KEYS[5], 0, 0)
 redis.call('DEL', KEYS[1])
 return 1`)
 )
