@@ -27,7 +27,6 @@ func TestAdversary39_OOMRelease(t *testing.T) {
 	admin := srv.Client(t)
 	ctx := context.Background()
 	oom := maxmemoryFull(t, admin)
-	t.Cleanup(func() { oom(false) })
 	base := lease.Spec{TTL: 5 * time.Second, Deadline: 10 * time.Second}
 	specs := map[string]lease.Spec{"plain": base}
 	s := base

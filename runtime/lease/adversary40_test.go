@@ -77,16 +77,7 @@ func TestAdversary40_ScriptReplayEveryPath(t *testing.T) {
 	if err := cur.Load(ctx, admin).Err(); err != nil {
 		t.Fatal(err)
 	}
-	oom := func(on bool) {
-		v := "0"
-		if on {
-			v = "1"
-		}
-		if err := admin.ConfigSet(ctx, "maxmemory", v).Err(); err != nil {
-			t.Fatal(err)
-		}
-	}
-	t.Cleanup(func() { oom(false) })
+	oom := maxmemoryFull(t, admin)
 	run := func(argv []any) string {
 		res, err := cur.EvalSha(ctx, admin, keys37, argv...).Result()
 		if err != nil {
@@ -251,7 +242,6 @@ func TestAdversary40_CutReplyHandover(t *testing.T) {
 	srv := leasetest.StartRedis(t)
 	admin := srv.Client(t)
 	oom := maxmemoryFull(t, admin)
-	t.Cleanup(func() { oom(false) })
 	ctx := context.Background()
 	for _, atMax := range []bool{false, true} {
 		for _, kind := range []string{"plain", "fenced", "waiting", "holdmin"} {
@@ -350,7 +340,6 @@ func TestAdversary40_CutReplyForceRelease(t *testing.T) {
 	srv := leasetest.StartRedis(t)
 	admin := srv.Client(t)
 	oom := maxmemoryFull(t, admin)
-	t.Cleanup(func() { oom(false) })
 	ctx := context.Background()
 	for _, atMax := range []bool{false, true} {
 		for _, waiter := range []bool{false, true} {
@@ -440,7 +429,6 @@ func TestAdversary40_WaiterAtMaxmemory(t *testing.T) {
 	srv := leasetest.StartRedis(t)
 	admin := srv.Client(t)
 	oom := maxmemoryFull(t, admin)
-	t.Cleanup(func() { oom(false) })
 	ctx := context.Background()
 	hc, _ := newClient(t, srv.Client(t))
 	wc, _ := newClient(t, srv.Client(t))
@@ -533,7 +521,6 @@ func TestAdversary40_LeaderStepDownAtMaxmemoryCutReply(t *testing.T) {
 	srv := leasetest.StartRedis(t)
 	admin := srv.Client(t)
 	oom := maxmemoryFull(t, admin)
-	t.Cleanup(func() { oom(false) })
 	ctx := context.Background()
 	key := uniqueKey(t)
 	r, p := adv40CutClient(t, srv, key, func() { oom(true) }, func() { oom(false) })

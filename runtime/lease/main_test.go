@@ -107,8 +107,11 @@ func uniqueKey(t *testing.T) string {
 // maxmemoryFull returns a switch that puts the server admin talks to at
 // maxmemory (1 byte, noeviction: writes that may grow memory are refused
 // with OOM) or back (0: no limit). It may be called from any goroutine
-// (a function run by Do): a failure is reported with t.Error.
+// (a function run by Do): a failure is reported with t.Error. The server
+// is put back when the test ends (best effort: a test may have stopped
+// it).
 func maxmemoryFull(t *testing.T, admin *redis.Client) func(on bool) {
+	t.Cleanup(func() { _ = admin.ConfigSet(context.Background(), "maxmemory", "0").Err() })
 	return func(on bool) {
 		t.Helper()
 		v := "0"
