@@ -1,0 +1,199 @@
+package lease_test
+
+// Round 44 (adversary): Spec and Option edge values at the top of
+// time.Duration's range, where the runtime's millisecond conversions add to
+// a duration before dividing and wrap around to negative numbers.
+
+import (
+	"context"
+	"errors"
+	"math"
+	"testing"
+	"time"
+
+	"github.com/leasegen/leasegen/runtime/lease"
+)
+
+// FINDING. A HoldMin at the top of time.Duration's range (with a Deadline
+// as long: "hold the key until the budget ends", Deadline math.MaxInt64 as
+// "no deadline") is not honoured: the release deletes the key at once, and
+// another caller is granted it immediately.
+//
+// README, Runtime semantics: "Release ... (with hold-min: the TTL is
+// shortened to the remaining hold, and waiters are told)"; Spec.HoldMin:
+// "keeps the lease at least this long after the grant, even when fn returns
+// earlier"; DESIGN §4 Release: "With HoldMin, release shortens the TTL to
+// the remaining hold instead of deleting". normalize accepts the spec
+// (HoldMin <= Deadline).
+//
+// Root cause: release.go releaseWith rounds the hold up to whole
+// milliseconds with int64((hold + time.Millisecond - 1) / time.Millisecond):
+// hold is time.Until(holdUntil) (run.go), about math.MaxInt64 minus the few
+// µs fn took, so hold + 999999ns wraps to a negative number; the script's
+// "if not (hold > 0)" (release.lua) then takes the plain release path and
+// DELetes the key.
+func TestAdversary44_HugeHoldMinIsHonoured(t *testing.T) {
+	c, rec := sharedClient(t)
+	other, _ := sharedClient(t)
+	admin := shared.Client(t)
+	key := uniqueKey(t)
+	huge := time.Duration(math.MaxInt64)
+	s := lease.Spec{TTL: time.Second, Deadline: huge, HoldMin: huge}
+	if err := s.Check(); err != nil {
+		t.Fatalf("spec refused up front (would be fine, but it is not): %v", err)
+	}
+	if err := c.Do(context.Background(), key, s, func(context.Context) error { return nil }); err != nil {
+		t.Fatalf("Do: %v", err)
+	}
+	pttl := admin.PTTL(context.Background(), lockKey(key)).Val()
+	err := other.Do(context.Background(), key, spec(time.Second, 2*time.Second), func(context.Context) error { return nil })
+	t.Logf("after the call: key's PTTL %v; released %d, unconfirmed %d; another caller: %v",
+		pttl, rec.Count(lease.EventReleased), rec.Count(lease.EventReleaseUnconfirmed), err)
+	if pttl <= 0 || !errors.Is(err, lease.ErrBusy) {
+		t.Errorf("HoldMin %v (Deadline %v): after fn returned at once the key's PTTL is %v and another caller got %v; want the key held for the hold (PTTL > 0) and the other caller busy", huge, huge, pttl, err)
+	}
+}
+
+// FINDING. WithRecheck(math.MaxInt64) — "rely on release notifications,
+// never poll" — makes every waiter of the Client drop out of the key's
+// queue a millisecond after it joins: a release then finds nobody queued,
+// deletes the key without telling anyone, and the waiter sleeps until the
+// end of its Wait (or the old holder's PTTL), although the key was free
+// for almost all of that time.
+//
+// README, Waiting: "sleeps until a release notification ..., the holder's
+// PTTL, or a re-check, whichever comes first ... Waiters queue in order
+// across processes, in a short-lived queue next to the key: a release
+// hands the key to the first live waiter in the same script and tells only
+// that waiter's process". WithRecheck accepts any positive duration.
+//
+// Root cause: acquire.go acquireArgs computes the queue entry's life as
+// ms(min(waitUntil.Sub(now)+50ms, 2*a.c.recheck+100ms)); 2*recheck wraps
+// to a negative duration, the min picks it, and ms() clamps it to 1 (ms):
+// the entry's expiry is 1ms after the acquire. (Any recheck above
+// math.MaxInt64/2, about 146 years, does it; recheck+100ms in the claim
+// wraps too for the largest values.)
+func TestAdversary44_HugeRecheckKeepsQueuePlace(t *testing.T) {
+	holder, _ := sharedClient(t)
+	waiterC, _ := sharedClient(t, lease.WithRecheck(time.Duration(math.MaxInt64)))
+	admin := shared.Client(t)
+	key := uniqueKey(t)
+
+	held := make(chan struct{})
+	release := make(chan struct{})
+	hdone := make(chan error, 1)
+	go func() {
+		hdone <- holder.Do(context.Background(), key, spec(10*time.Second, 20*time.Second), func(context.Context) error {
+			close(held)
+			<-release
+			return nil
+		})
+	}()
+	<-held
+
+	var entered time.Time
+	wdone := make(chan error, 1)
+	go func() {
+		wdone <- waiterC.Do(context.Background(), key, lease.Spec{TTL: 5 * time.Second, Deadline: 10 * time.Second, Wait: 4 * time.Second}, func(context.Context) error {
+			entered = time.Now()
+			return nil
+		})
+	}()
+	// Let the waiter get its busy answer and join the queue.
+	deadline := time.Now().Add(2 * time.Second)
+	for admin.Exists(context.Background(), "lease:{"+key+"}:q").Val() == 0 && time.Now().Before(deadline) {
+		time.Sleep(2 * time.Millisecond)
+	}
+	time.Sleep(300 * time.Millisecond)
+	queued := admin.ZCard(context.Background(), "lease:{"+key+"}:q").Val()
+	released := time.Now()
+	close(release)
+	if err := <-hdone; err != nil {
+		t.Fatalf("holder: %v", err)
+	}
+	err := <-wdone
+	after := entered.Sub(released)
+	t.Logf("queue length 300ms after the waiter joined: %d; waiter: %v, entered %v after the holder's release", queued, err, after)
+	if err != nil || queued != 1 || after > time.Second {
+		t.Errorf("WithRecheck(math.MaxInt64): waiter's queue entries 300ms after it joined: %d (want 1); waiter %v, entered %v after the release (want nil, within a notification's latency, well under 1s)", queued, err, after)
+	}
+}
+
+// FINDING (same root cause as TestAdversary44_HugeRecheckKeepsQueuePlace,
+// on the leader-election path). A standby candidate on a Client made with
+// WithRecheck(math.MaxInt64) ("notifications only") is not handed the
+// leadership when the leader stops gracefully: its place in the key's
+// queue expired a millisecond after its campaign joined, so the leader's
+// release finds nobody queued, deletes the key, and the standby only looks
+// again when the old term's TTL (as its last busy answer read it) runs
+// out.
+//
+// README, Leader election: "A graceful stop hands over at once. Cancelling
+// the leader's context ends its function, and the release hands the lease
+// to the candidate that waited longest and notifies it".
+//
+// Root cause: acquire.go acquireArgs, the queue entry's life
+// ms(min(..., 2*a.c.recheck+100ms)): 2*recheck wraps negative, ms clamps
+// it to 1.
+func TestAdversary44_HugeRecheckLeaderHandover(t *testing.T) {
+	leaderC, _ := sharedClient(t)
+	standbyC, _ := sharedClient(t, lease.WithRecheck(time.Duration(math.MaxInt64)))
+	admin := shared.Client(t)
+	key := uniqueKey(t)
+	spec := lease.LeadSpec{TTL: 3 * time.Second}
+
+	lctx, stopLeader := context.WithCancel(context.Background())
+	leading := make(chan struct{})
+	ldone := make(chan error, 1)
+	go func() {
+		s := spec
+		s.Owner = "leader"
+		ldone <- leaderC.Lead(lctx, key, s, func(ctx context.Context) error {
+			close(leading)
+			<-ctx.Done()
+			return nil
+		})
+	}()
+	<-leading
+
+	sctx, stopStandby := context.WithCancel(context.Background())
+	defer stopStandby()
+	entered := make(chan time.Time, 1)
+	sdone := make(chan error, 1)
+	go func() {
+		s := spec
+		s.Owner = "standby"
+		sdone <- standbyC.Lead(sctx, key, s, func(ctx context.Context) error {
+			select {
+			case entered <- time.Now():
+			default:
+			}
+			<-ctx.Done()
+			return nil
+		})
+	}()
+	deadline := time.Now().Add(2 * time.Second)
+	for admin.Exists(context.Background(), "lease:{"+key+"}:q").Val() == 0 && time.Now().Before(deadline) {
+		time.Sleep(2 * time.Millisecond)
+	}
+	time.Sleep(200 * time.Millisecond)
+	queued := admin.ZCard(context.Background(), "lease:{"+key+"}:q").Val()
+	stopped := time.Now()
+	stopLeader()
+	if err := <-ldone; err != nil {
+		t.Fatalf("leader's Lead: %v", err)
+	}
+	var took time.Duration
+	select {
+	case at := <-entered:
+		took = at.Sub(stopped)
+	case <-time.After(6 * time.Second):
+		took = -1
+	}
+	stopStandby()
+	<-sdone
+	t.Logf("standby's queue entries 200ms after it joined: %d; standby led %v after the leader's graceful stop", queued, took)
+	if queued != 1 || took < 0 || took > time.Second {
+		t.Errorf("WithRecheck(math.MaxInt64): standby queued %d (want 1); took over %v after the leader's graceful stop (want at once: well under 1s; -1: not within 6s)", queued, took)
+	}
+}
