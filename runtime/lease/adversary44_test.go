@@ -358,3 +358,57 @@ func TestAdversary44_ListGlobOverEscapedBytes(t *testing.T) {
 		}
 	}
 }
+
+// FINDING (a second path of TestAdversary44_CloseWithAcquireInFlightThenRedisClose's
+// gap). A call with Keep whose function has returned asks Redis whether
+// the key is still its own before keeping it (the first call of a keep
+// episode: keep.go keep → verifyKept, one round trip). Close during that
+// round trip (replies take 100ms), then the go-redis client closed — no
+// call is in its function — leaves the key held for its full TTL: the
+// call, finding the Client closed, releases the lease itself after Close
+// returned, on the closed go-redis client.
+//
+// README, Close: "... and kept leases, each bounded by the release
+// timeout, so the go-redis client may be closed once no call is in its
+// function." New: "Close the Client before rdb."
+//
+// Root cause: keep.go keep: the lease is registered in c.kept only after
+// verifyKept answers; Close (client.go) releases what is registered (and
+// c.granting, and abandoned waiters) and returns; keep then sees
+// c.closed and returns false, and run's deferred release (run.go) is
+// sent on a closed client.
+func TestAdversary44_CloseDuringFirstKeepCheckThenRedisClose(t *testing.T) {
+	srv := leasetest.StartRedis(t)
+	admin := srv.Client(t)
+	xc, _ := adv23Client(t, srv.Addr())
+	ctx := context.Background()
+	key := "adv44-close-keepcheck"
+	p := leasetest.StartProxy(t, srv.Addr())
+	rdbQ := redis.NewClient(&redis.Options{Addr: p.Addr(), ContextTimeoutEnabled: true})
+	qc, err := lease.New(rdbQ)
+	if err != nil {
+		t.Fatal(err)
+	}
+	warm(t, qc, "warm44")
+	returned := make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		done <- qc.Do(ctx, key, lease.Spec{TTL: 20 * time.Second, Deadline: 10 * time.Second, Keep: time.Minute}, func(context.Context) error {
+			p.SetDelay(100 * time.Millisecond) // the keep's check is slow
+			close(returned)
+			return nil
+		})
+	}()
+	<-returned
+	time.Sleep(30 * time.Millisecond) // fn has returned; the check is on its way
+	qc.Close()
+	rdbQ.Close() // no call of qc is in its function
+	qerr := <-done
+	time.Sleep(200 * time.Millisecond)
+	pttl := admin.PTTL(ctx, lockKey(key)).Val()
+	xerr := xc.Do(ctx, key, lease.Spec{TTL: time.Second, Deadline: 3 * time.Second, Wait: 2 * time.Second}, func(context.Context) error { return nil })
+	t.Logf("kept call: %v; key's PTTL after Close and rdb.Close: %v; another Client's call: %v", qerr, pttl, xerr)
+	if pttl > 0 || xerr != nil {
+		t.Errorf("Close during the first keep's check, then the go-redis client closed (no call in its function): the key stays held (PTTL %v) and another Client waiting 2s gets %v; want the key free", pttl.Round(time.Millisecond), xerr)
+	}
+}
