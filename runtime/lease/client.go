@@ -146,10 +146,17 @@ func WithRecheck(d time.Duration) Option {
 		if d <= 0 {
 			return fmt.Errorf("lease: WithRecheck(%v): need a positive duration", d)
 		}
-		c.recheck = d
+		// Longer is as good as never: capped, so that the sums made of it
+		// (a queue place lasts two re-checks and a little more) cannot wrap
+		// (TestAdversary44_HugeRecheckKeepsQueuePlace).
+		c.recheck = min(d, maxRecheck)
 		return nil
 	}
 }
+
+// maxRecheck is the longest re-check interval (about 36 years): the
+// longest WithRecheck takes.
+const maxRecheck = time.Duration(1 << 60)
 
 // WithCounterTTL sets how long a fence counter outlives its last grant
 // (default 24h). Tokens keep increasing after it expires thanks to the

@@ -107,8 +107,12 @@ func (c *Client) releaseWith(ctx context.Context, r *relArgs, k *keys, tombKey, 
 	r.hold.n = 0
 	if hold > 0 {
 		// Whole milliseconds, rounded up: a hold-min is kept at least as
-		// long as asked.
-		r.hold.n = int64((hold + time.Millisecond - 1) / time.Millisecond)
+		// long as asked (without adding first, which wraps a hold near
+		// the top of time.Duration's range: TestAdversary44_HugeHoldMinIsHonoured).
+		r.hold.n = int64(hold / time.Millisecond)
+		if hold%time.Millisecond != 0 {
+			r.hold.n++
+		}
 	}
 	var memberArg any = ""
 	if member != nil && *member != "" {
