@@ -49,3 +49,10 @@ func CallHasGrantPart(ctx context.Context) (has, ok bool) {
 // ReleaseScript is the release script a Client runs (token.lua and
 // release.lua), for benchmarks that run it outside a call.
 var ReleaseScript = releaseScript.Script
+
+// GlobMatch and ScanGlob are List's and Watch's matching of a glob over
+// user keys (glob.go).
+var (
+	GlobMatch = globMatch
+	ScanGlob  = scanGlob
+)

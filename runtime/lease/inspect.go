@@ -225,7 +225,7 @@ func (c *Client) List(ctx context.Context, pattern, cursor string) (page []Info,
 		}
 		var user []string
 		for _, rk := range keys {
-			if k, ok := c.userKey(rk, ":l"); ok {
+			if k, ok := c.userKey(rk, ":l"); ok && userMatch(pattern, k) {
 				user = append(user, k)
 			}
 		}
@@ -321,17 +321,22 @@ func resumeAt(nodes []scanNode, cursor string) (int, uint64, error) {
 // globMeta are the bytes that SCAN MATCH treats specially.
 var globEscaper = strings.NewReplacer(`\`, `\\`, `*`, `\*`, `?`, `\?`, `[`, `\[`, `]`, `\]`)
 
-// lockPattern turns a glob over user keys into one over lock keys: the
-// prefix matches literally, and '%', '{' and '}' are escaped as redisKeys
-// escapes them (so they match literally too, also inside [...]).
+// lockPattern turns a glob over user keys into one over lock keys that
+// matches at least their names: the prefix matches literally, the rest as
+// scanGlob makes it. Each name it finds is matched again as a user key
+// (userMatch).
 func (c *Client) lockPattern(pattern string) string {
 	if pattern == "" {
 		pattern = "*"
 	}
-	return globEscaper.Replace(c.prefix) + "{" + keyEscaper.Replace(pattern) + "}:l"
+	return globEscaper.Replace(c.prefix) + "{" + scanGlob(pattern) + "}:l"
 }
 
-var keyEscaper = strings.NewReplacer("%", "%25", "{", "%7B", "}", "%7D")
+// userMatch reports whether the user's key matches the glob pattern of
+// List or Watch ("" lists all).
+func userMatch(pattern, key string) bool {
+	return pattern == "" || pattern == "*" || globMatch(pattern, key)
+}
 
 // userKey maps the name of one of a lease's keys (the lock, suffix ":l";
 // the channel, ":c") back to the user's key; ok is false for a name the

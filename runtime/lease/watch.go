@@ -133,7 +133,7 @@ func (c *Client) Watch(ctx context.Context, pattern string, every time.Duration,
 				return errors.New("lease: watch: the subscription closed")
 			}
 			key, ok := c.userKey(m.Channel, ":c")
-			if _, seen := w.seen[key]; !ok || filter && !seen {
+			if _, seen := w.seen[key]; !ok || !userMatch(pattern, key) || filter && !seen {
 				continue // not watched; a new lease is found by the listing
 			}
 			w.notes[key] = m.Payload
