@@ -62,6 +62,13 @@ type Client struct {
 	// running counts the calls in run (their renewals may need askNodes
 	// after Close: closed when the last of them returns).
 	running atomic.Int64
+	// unsettled counts the calls (Do, a Lead's term) outside their
+	// function: acquiring, waiting, deciding whether to keep, releasing.
+	// Close waits for them (see Close); observing counts the Observer
+	// callbacks under way, so that a Close called from one does not wait
+	// for the call that called the Observer.
+	unsettled atomic.Int64
+	observing atomic.Int64
 
 	// granting are the calls granted a lease (an acquire's grant or a
 	// release's handover) that have not entered their function yet: Close
@@ -283,13 +290,17 @@ func errNoDeadlines(client, options string) error {
 // Close returns (within the release timeout), not left to those calls;
 // so are the leases of calls granted but not yet in their function (a
 // handover, an Observer's EventAcquired): they return ErrClosed without
-// entering. Calls already running their
-// function keep their leases (renewed) until they return and release them,
-// so close the go-redis client only after they have. Close waits for
-// nothing else and may be called from an Observer. A call whose acquire is
-// already sent (a waiter's re-check, a candidate's campaign) to a server
-// that stopped answering ends when that request's own limit passes (its
-// TTL less the drift, or its budget if sooner): go-redis ends a read at a
+// entering. Calls outside their function are waited for within the same
+// bound: one whose acquire is on its way (a grant it gets is released by
+// the call, which does not enter), one deciding whether to keep its lease,
+// one releasing. Calls already running their function keep their leases
+// (renewed) until they return and release them, so close the go-redis
+// client only after they have. Close waits for nothing else and may be
+// called from an Observer (it does not wait for the call whose Observer
+// called it). A call whose acquire is already sent (a waiter's re-check, a
+// candidate's campaign) to a server that stopped answering ends when that
+// request's own limit passes (its TTL less the drift, or its budget if
+// sooner), which may be after Close returned: go-redis ends a read at a
 // deadline, not on cancellation.
 func (c *Client) Close() error {
 	if c == nil || !c.closed.CompareAndSwap(false, true) {
@@ -355,6 +366,16 @@ func (c *Client) Close() error {
 			}
 			break
 		}
+	}
+	// The calls outside their function go on until they end: a call
+	// whose acquire is on its way (its grant, if any, is released by the
+	// call once answered: it will not enter), one deciding whether to keep
+	// its lease, one releasing. Close waits for them within the same
+	// bound, so that the go-redis client may be closed once Close returned
+	// and no call is in its function (a Close called from an Observer does
+	// not wait for the call that called it: see observing).
+	for c.unsettled.Load() > c.observing.Load() && time.Now().Before(until) {
+		time.Sleep(200 * time.Microsecond)
 	}
 	// Calls still in their function keep their leases, renewed (through
 	// askNodes too): the last of them closes askNodes (leftRun).

@@ -52,6 +52,7 @@ func (c *Client) Do(ctx context.Context, key string, spec Spec, fn func(ctx cont
 	// it usually takes the lease the Client kept from the previous call.
 	a := newCall(spec.Keep > 0)
 	a.c, a.ctx, a.key, a.spec, a.start = c, ctx, key, spec, start
+	a.unsettle()
 	a.end = a.start.Add(spec.Deadline)
 	if d, ok := ctx.Deadline(); ok && d.Before(a.end) {
 		a.end = d
@@ -62,11 +63,13 @@ func (c *Client) Do(ctx context.Context, key string, spec Spec, fn func(ctx cont
 	reentered := false
 	defer func() {
 		if !done {
+			a.settle()
 			a.observe(Event{Kind: EventDone, Reentered: reentered, Err: errPanicked})
 		}
 	}()
 	finish := func(err error) error {
 		done = true
+		a.settle()
 		a.observe(Event{Kind: EventDone, Reentered: reentered, Err: err})
 		return err
 	}
@@ -125,6 +128,7 @@ type call struct {
 	c       *Client
 	ctx     context.Context // the caller's, for events
 	key     string
+	counted bool // in Client.unsettled (only the call's goroutine sets it)
 	k       keys
 	spec    Spec
 	id      string    // this attempt's identity
@@ -220,7 +224,28 @@ func (a *call) observe(e Event) {
 	if e.Token == 0 {
 		e.Token = a.token
 	}
+	a.c.observing.Add(1)
+	defer a.c.observing.Add(-1)
 	a.c.obs.Observe(e)
+}
+
+// unsettle counts the call in Client.unsettled (outside its function),
+// settle takes it out: Close waits for the calls counted there, so that
+// the go-redis client may be closed once Close returned and no call is in
+// its function (TestAdversary44_CloseWithAcquireInFlightThenRedisClose).
+// Only on the call's own goroutine; each is a no-op when already done.
+func (a *call) unsettle() {
+	if !a.counted {
+		a.counted = true
+		a.c.unsettled.Add(1)
+	}
+}
+
+func (a *call) settle() {
+	if a.counted {
+		a.counted = false
+		a.c.unsettled.Add(-1)
+	}
 }
 
 func newID() string {
@@ -338,7 +363,9 @@ func (a *call) reenter(ctx context.Context, r *leaseRef, fn func(context.Context
 		l.holdTo(time.Now().Add(a.spec.HoldMin)) // from the reuse, as run's
 	}
 
+	a.settle()
 	err := fn(fctx)
+	a.unsettle()
 
 	deadlineHit := fctx.Err() != nil && errors.Is(context.Cause(fctx), ErrDeadline)
 	if r.a.inFn.Load() && time.Now().After(l.valid()) {

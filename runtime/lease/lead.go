@@ -226,8 +226,10 @@ func (c *Client) term(ctx context.Context, key string, spec LeadSpec, owner stri
 	a.end = start.Add(forever)
 	a.reserve = c.releaseTimeout
 	a.k = redisKeys(c.prefix, key)
+	a.unsettle()
 	done := false
 	defer func() {
+		a.settle()
 		if !done {
 			a.observe(Event{Kind: EventDone, Err: errPanicked})
 		}
@@ -240,6 +242,7 @@ func (c *Client) term(ctx context.Context, key string, spec LeadSpec, owner stri
 		err = a.run(ctx, l, fn)
 	}
 	done = true
+	a.settle()
 	a.observe(Event{Kind: EventDone, Err: err})
 	return !a.entered.IsZero(), err
 }

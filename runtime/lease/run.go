@@ -47,6 +47,7 @@ func (a *call) run(ctx context.Context, l *Lease, fn func(context.Context) error
 
 	returned, taken := false, false
 	defer func() {
+		a.unsettle() // out of fn (or never in it)
 		a.inFn.Store(false)
 		entered := !a.entered.IsZero() // fn was called (see the entry check)
 		// Overrun is loss: checked before the timer is disarmed, so a timer
@@ -156,6 +157,7 @@ func (a *call) run(ctx context.Context, l *Lease, fn func(context.Context) error
 		return err
 	}
 	a.entered = now
+	a.settle()
 	err = fn(fctx)
 	returned = true
 	return err
