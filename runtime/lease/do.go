@@ -216,7 +216,16 @@ func (a *call) grant() *grantPart {
 	return a.g
 }
 
-func (a *call) observe(e Event) {
+// observe reports e of the call on the call's own goroutine; observeAside
+// from another (a renewal, the lease's watcher, a kept lease's release).
+// Only the first is counted in Client.observing while the call is in
+// Client.unsettled: a Close called from that Observer must not wait for
+// the call, which cannot go on until the Observer returns.
+func (a *call) observe(e Event) { a.emit(e, a.counted) }
+
+func (a *call) observeAside(e Event) { a.emit(e, false) }
+
+func (a *call) emit(e Event, counted bool) {
 	if a.c.quiet {
 		return
 	}
@@ -224,8 +233,10 @@ func (a *call) observe(e Event) {
 	if e.Token == 0 {
 		e.Token = a.token
 	}
-	a.c.observing.Add(1)
-	defer a.c.observing.Add(-1)
+	if counted {
+		a.c.observing.Add(1)
+		defer a.c.observing.Add(-1)
+	}
 	a.c.obs.Observe(e)
 }
 
