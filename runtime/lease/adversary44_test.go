@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -412,5 +413,82 @@ func TestAdversary44_CloseDuringFirstKeepCheckThenRedisClose(t *testing.T) {
 	t.Logf("kept call: %v; key's PTTL after Close and rdb.Close: %v; another Client's call: %v", qerr, pttl, xerr)
 	if pttl > 0 || xerr != nil {
 		t.Errorf("Close during the first keep's check, then the go-redis client closed (no call in its function): the key stays held (PTTL %v) and another Client waiting 2s gets %v; want the key free", pttl.Round(time.Millisecond), xerr)
+	}
+}
+
+// blockRenewed is an Observer that holds up the renewer's report of a
+// renewal of key until unblocked (an Observer busy elsewhere: a slow
+// exporter, a log writer), and says when it started to.
+type blockRenewed struct {
+	key     string
+	blocked chan struct{}
+	unblock chan struct{}
+	once    sync.Once
+}
+
+func (o *blockRenewed) Observe(e lease.Event) {
+	if e.Kind == lease.EventRenewed && e.Key == o.key {
+		o.once.Do(func() { close(o.blocked) })
+		<-o.unblock
+	}
+}
+
+// An Observer callback under way on another goroutine (a renewal's
+// report, held up) does not end Close's wait for a call whose acquire is
+// on its way: Close waits for that call as it would without the Observer,
+// so the go-redis client closed after Close does not leave the call's
+// grant held for its TTL (the first version of the fix counted every
+// Observer callback, and returned at once).
+func TestCloseWaitsForAcquireWhileObserverBusyElsewhere(t *testing.T) {
+	srv := leasetest.StartRedis(t)
+	admin := srv.Client(t)
+	ctx := context.Background()
+	p := leasetest.StartProxy(t, srv.Addr())
+	rdbQ := redis.NewClient(&redis.Options{Addr: p.Addr(), ContextTimeoutEnabled: true})
+	obs := &blockRenewed{key: "adv44-busy-obs-b", blocked: make(chan struct{}), unblock: make(chan struct{})}
+	qc, err := lease.New(rdbQ, lease.WithObserver(obs))
+	if err != nil {
+		t.Fatal(err)
+	}
+	warm(t, qc, "warm44")
+	endB := make(chan struct{})
+	bDone := make(chan error, 1)
+	go func() {
+		bDone <- qc.Do(ctx, obs.key, lease.Spec{TTL: 600 * time.Millisecond, Deadline: 20 * time.Second}, func(context.Context) error {
+			<-endB
+			return nil
+		})
+	}()
+	t.Cleanup(func() {
+		close(obs.unblock)
+		close(endB)
+		<-bDone
+		rdbQ.Close()
+	})
+	select {
+	case <-obs.blocked:
+	case <-time.After(5 * time.Second):
+		t.Fatal("no renewal of the key held")
+	}
+	p.SetDelay(100 * time.Millisecond)
+	keyA := "adv44-busy-obs-a"
+	var entered atomic.Bool
+	aDone := make(chan error, 1)
+	go func() {
+		aDone <- qc.Do(ctx, keyA, lease.Spec{TTL: 20 * time.Second, Deadline: 10 * time.Second}, func(context.Context) error {
+			entered.Store(true)
+			return nil
+		})
+	}()
+	time.Sleep(30 * time.Millisecond) // A's acquire is written; its reply is on its way
+	qc.Close()
+	if entered.Load() {
+		t.Fatal("A was in its function at Close: not the case under test")
+	}
+	rdbQ.Close()
+	aerr := <-aDone
+	time.Sleep(150 * time.Millisecond)
+	if pttl := admin.PTTL(ctx, lockKey(keyA)).Val(); pttl > 0 {
+		t.Errorf("A (%v): its key is held for %v after Close and the go-redis client's Close, with an Observer busy on another goroutine; want it released before Close returned", aerr, pttl.Round(time.Millisecond))
 	}
 }
