@@ -352,10 +352,9 @@ func (e *env37) run(which int, st state37, user string, argv []any) out37 {
 	t := e.t
 	t.Helper()
 	ctx := context.Background()
-	if err := e.admin.FlushAll(ctx).Err(); err != nil {
-		t.Fatal(err)
-	}
+	// The state, and the MONITOR mark before the script, in one round trip.
 	p := e.admin.Pipeline()
+	p.FlushAll(ctx)
 	if st.lock != "" {
 		if st.lockTTL == "" {
 			p.Set(ctx, keys37[0], st.lock, 0)
@@ -380,12 +379,12 @@ func (e *env37) run(which int, st state37, user string, argv []any) out37 {
 	if st.wrongType != 0 {
 		p.Set(ctx, keys37[st.wrongType-1], "str", 0)
 	}
+	e.seq++
+	start, end := fmt.Sprintf("start37-%d", e.seq), fmt.Sprintf("end37-%d", e.seq)
+	p.Echo(ctx, start)
 	if _, err := p.Exec(ctx); err != nil {
 		t.Fatal(err)
 	}
-	e.seq++
-	start, end := fmt.Sprintf("start37-%d", e.seq), fmt.Sprintf("end37-%d", e.seq)
-	e.admin.Echo(ctx, start)
 	var o out37
 	o.wrongTypeQ = st.wrongType != 0
 	res, err := e.scripts[which].EvalSha(ctx, e.users[user], keys37, argv...).Result()
@@ -394,8 +393,12 @@ func (e *env37) run(which int, st state37, user string, argv []any) out37 {
 	} else {
 		o.answer = fmt.Sprint(res)
 	}
-	e.admin.Publish(ctx, "sync37", end)
-	e.admin.Echo(ctx, end)
+	p = e.admin.Pipeline()
+	p.Publish(ctx, "sync37", end)
+	p.Echo(ctx, end)
+	if _, err := p.Exec(ctx); err != nil {
+		t.Fatal(err)
+	}
 	// The commands the script ran, as MONITOR shows them ("[db lua]").
 	in := false
 	for {
@@ -431,16 +434,32 @@ func (e *env37) run(which int, st state37, user string, argv []any) out37 {
 	}
 	sort.Strings(ks)
 	o.pttl = map[string]int64{}
-	for _, k := range ks {
-		typ := e.admin.Type(ctx, k).Val()
+	// Every key's type, each read of it (all but the one of its type
+	// answer WRONGTYPE) and its PTTL, in one round trip.
+	type dump struct {
+		typ  *redis.StatusCmd
+		str  *redis.StringCmd
+		zset *redis.ZSliceCmd
+		hash *redis.MapStringStringCmd
+		pttl *redis.DurationCmd
+	}
+	dumps := make([]dump, len(ks))
+	p = e.admin.Pipeline()
+	for i, k := range ks {
+		dumps[i] = dump{p.Type(ctx, k), p.Get(ctx, k), p.ZRangeWithScores(ctx, k, 0, -1), p.HGetAll(ctx, k), p.PTTL(ctx, k)}
+	}
+	_, _ = p.Exec(ctx) // the WRONGTYPE answers are expected
+	for i, k := range ks {
+		d := dumps[i]
+		typ := d.typ.Val()
 		var v any
 		switch typ {
 		case "string":
-			v = e.admin.Get(ctx, k).Val()
+			v = d.str.Val()
 		case "zset":
-			v = e.admin.ZRangeWithScores(ctx, k, 0, -1).Val()
+			v = d.zset.Val()
 		case "hash":
-			h := e.admin.HGetAll(ctx, k).Val()
+			h := d.hash.Val()
 			var fs []string
 			for f, x := range h {
 				fs = append(fs, f+"="+x)
@@ -449,7 +468,7 @@ func (e *env37) run(which int, st state37, user string, argv []any) out37 {
 			v = fs
 		}
 		o.keys = append(o.keys, fmt.Sprintf("%s %s %v", k, typ, v))
-		o.pttl[k] = e.admin.PTTL(ctx, k).Val().Milliseconds()
+		o.pttl[k] = d.pttl.Val().Milliseconds()
 	}
 	return o
 }
