@@ -35,10 +35,16 @@ import (
 // TestAdversary44_CloseWithAcquireInFlightThenRedisClose, reopened by any
 // concurrent Observer callback.
 //
-// The second subtest is the documented case "Close ... may be called from
-// an Observer (it does not wait for the call whose Observer called it)":
-// called from call B's EventDone Observer, Close must still wait for call
-// A (another call), and does not.
+// Subtests: slowEventDoneOfAnotherCall (call B returned; its EventDone
+// Observer is slow while Close runs on another goroutine);
+// closeFromEventDoneOfAnotherCall (the documented case "Close ... may be
+// called from an Observer (it does not wait for the call whose Observer
+// called it)": called from B's EventDone Observer, Close must still wait
+// for call A, and does not); slowEventReleasedOfKeptLease (no call at all
+// is in an Observer: the Client's own keep-end release of a kept lease
+// reports EventReleased to a slow Observer). Renewal events of a call in
+// its function do the same by code reading (not tested: that call would be
+// in its function at rdb.Close).
 //
 // README, Close: "within the same bound it waits for the calls outside
 // their function to end (an acquire on its way, whose grant the call
@@ -56,13 +62,13 @@ import (
 // release events) raises observing without raising unsettled, and cancels
 // out an unrelated call's acquire in flight.
 func TestAdversary45_CloseSkipsAcquireWhileOtherObserverRuns(t *testing.T) {
-	for _, fromObserver := range []bool{false, true} {
-		t.Run(fmt.Sprintf("closeFromObserver=%v", fromObserver), func(t *testing.T) {
+	for _, mode := range []string{"slowEventDoneOfAnotherCall", "closeFromEventDoneOfAnotherCall", "slowEventReleasedOfKeptLease"} {
+		t.Run(mode, func(t *testing.T) {
 			srv := leasetest.StartRedis(t)
 			admin := srv.Client(t)
 			xc, _ := adv23Client(t, srv.Addr())
 			ctx := context.Background()
-			key := fmt.Sprintf("adv45-close-obs-%v", fromObserver)
+			key := "adv45-close-obs-" + mode
 			p := leasetest.StartProxy(t, srv.Addr())
 			rdbQ := redis.NewClient(&redis.Options{Addr: p.Addr(), ContextTimeoutEnabled: true})
 			var armed atomic.Bool
@@ -71,9 +77,16 @@ func TestAdversary45_CloseSkipsAcquireWhileOtherObserverRuns(t *testing.T) {
 			closeTook := make(chan time.Duration, 1)
 			var qc *lease.Client
 			obs := lease.ObserverFunc(func(e lease.Event) {
-				if e.Kind == lease.EventDone && e.Key == "adv45-B" && armed.Load() {
+				if !armed.Load() {
+					return
+				}
+				switch {
+				case mode == "slowEventReleasedOfKeptLease" && e.Kind == lease.EventReleased && e.Key == "adv45-B":
 					close(inObs)
-					if fromObserver {
+					<-releaseObs // a slow exporter, on the Client's keep-end goroutine
+				case mode != "slowEventReleasedOfKeptLease" && e.Kind == lease.EventDone && e.Key == "adv45-B":
+					close(inObs)
+					if mode == "closeFromEventDoneOfAnotherCall" {
 						// B's own EventDone Observer closes the Client (it
 						// must not wait for B, but must wait for A).
 						<-releaseObs
@@ -93,11 +106,17 @@ func TestAdversary45_CloseSkipsAcquireWhileOtherObserverRuns(t *testing.T) {
 			}
 			warm(t, qc, "warm45")
 			warm(t, qc, "adv45-B")
-			// Call B: returns at once; its EventDone Observer is slow.
 			armed.Store(true)
+			bspec := spec(5*time.Second, 10*time.Second)
+			if mode == "slowEventReleasedOfKeptLease" {
+				// B keeps its lease for 50ms; the keep's end releases it
+				// and reports EventReleased (keep.go keepEnded).
+				bspec.Keep = 50 * time.Millisecond
+			}
+			// Call B: returns at once; an Observer callback of it is slow.
 			bdone := make(chan error, 1)
 			go func() {
-				bdone <- qc.Do(ctx, "adv45-B", spec(5*time.Second, 10*time.Second), func(context.Context) error { return nil })
+				bdone <- qc.Do(ctx, "adv45-B", bspec, func(context.Context) error { return nil })
 			}()
 			<-inObs
 			// Call A: its acquire is on the wire (replies take 100ms).
@@ -112,7 +131,7 @@ func TestAdversary45_CloseSkipsAcquireWhileOtherObserverRuns(t *testing.T) {
 			}()
 			time.Sleep(30 * time.Millisecond) // A's acquire is written; its reply is on its way
 			var took time.Duration
-			if fromObserver {
+			if mode == "closeFromEventDoneOfAnotherCall" {
 				close(releaseObs)
 				took = <-closeTook
 			} else {
@@ -133,7 +152,7 @@ func TestAdversary45_CloseSkipsAcquireWhileOtherObserverRuns(t *testing.T) {
 				t.Fatalf("A was in its function at Close: not the case under test")
 			}
 			if pttl > 0 || xerr != nil {
-				t.Errorf("Close (while another call's EventDone Observer ran) with A's acquire in flight, then the go-redis client closed (no call in its function): Close took %v, the key stays held (PTTL %v) and another Client waiting 2s gets %v; want Close to wait for A and the key free", took, pttl.Round(time.Millisecond), xerr)
+				t.Errorf("%s: Close with A's acquire in flight, then the go-redis client closed (no call in its function): Close took %v, the key stays held (PTTL %v) and another Client waiting 2s gets %v; want Close to wait for A and the key free", mode, took, pttl.Round(time.Millisecond), xerr)
 			}
 			if pttl > 0 {
 				_ = admin.Del(ctx, lockKey(key)).Err()
@@ -543,6 +562,61 @@ func TestAdversary45_CloseGivesUpOnPoolQueue(t *testing.T) {
 	}
 	if len(held) > 0 {
 		t.Errorf("Close returned after %v with calls still queued for the pool (server answering in 60ms); after rdb.Close (no call in its function) %d keys stay held for their TTL; want none", took, len(held))
+	}
+}
+
+// FINDING. On a Client with a release timeout of a century or more
+// ("never give up on a release": WithReleaseTimeout(math.MaxInt64), or
+// 200 years), Lead never leads, even on a free key with no other
+// candidate: every campaign ends at once, before anything is sent, with
+// "lease: total deadline exceeded: ... no time left in the budget to
+// acquire (nothing sent)" — an error wrapping ErrDeadline from a call that
+// has no deadline — and Lead retries it after its backoff, forever.
+//
+// README, Leader election: "A term is one call of the machinery Do uses
+// ... without a total deadline, always fenced"; Lead's doc: "each campaign
+// and term is reported to the Observer as a call ..., its Spec fenced,
+// without a deadline". WithReleaseTimeout accepts any positive duration
+// ("need a positive duration"), and Do on the same Client works (its
+// reserve is capped at a tenth of the budget).
+//
+// Root cause: lead.go term sets a.reserve = c.releaseTimeout, uncapped,
+// with a.end = start.Add(forever) (100 years, lead.go:71); acquire.go:29-33
+// (lim := a.end.Add(-a.reserve); if !limit.After(sent) → "no time left in
+// the budget to acquire") then finds the limit before the send: for 200
+// years it is a century before the start, and for math.MaxInt64 the
+// wall-clock a.end minus 292 years is too (the monotonic reading is
+// stripped on overflow). Do caps the reserve (do.go: min(
+// c.releaseTimeout, budget/10)); term does not.
+func TestAdversary45_HugeReleaseTimeoutNeverLeads(t *testing.T) {
+	for _, rt := range []time.Duration{math.MaxInt64, 200 * 365 * 24 * time.Hour} {
+		t.Run(fmt.Sprint(rt), func(t *testing.T) {
+			c, rec := sharedClient(t, lease.WithReleaseTimeout(rt))
+			key := uniqueKey(t)
+			if err := c.Do(context.Background(), key+"-do", spec(time.Second, 2*time.Second), func(context.Context) error { return nil }); err != nil {
+				t.Fatalf("Do on the same Client: %v", err)
+			}
+			ctx, stop := context.WithTimeout(context.Background(), 3*time.Second)
+			defer stop()
+			var led atomic.Bool
+			err := c.Lead(ctx, key, lease.LeadSpec{TTL: 3 * time.Second, Owner: "only-candidate"}, func(ctx context.Context) error {
+				led.Store(true)
+				<-ctx.Done()
+				return nil
+			})
+			var last error
+			n := 0
+			for _, e := range rec.Events() {
+				if e.Kind == lease.EventDone && e.Key == key {
+					n++
+					last = e.Err
+				}
+			}
+			t.Logf("WithReleaseTimeout(%v): Lead on a free key for 3s: led %v, Lead returned %v; %d campaigns, the last: %v", rt, led.Load(), err, n, last)
+			if !led.Load() {
+				t.Errorf("WithReleaseTimeout(%v): Lead on a free key never led within 3s (%d campaigns; last: %v); want a term at once", rt, n, last)
+			}
+		})
 	}
 }
 
