@@ -620,4 +620,3 @@ func TestAdversary45_HugeReleaseTimeoutNeverLeads(t *testing.T) {
 	}
 }
 
-var _ = sync.Mutex{}
