@@ -619,4 +619,3 @@ func TestAdversary45_HugeReleaseTimeoutNeverLeads(t *testing.T) {
 		})
 	}
 }
-
