@@ -14,8 +14,18 @@ import "strings"
 // escaped as redisKeys escapes them (and stay literal), while '?' and a
 // [...] class, which match one byte of the user's key (three in the
 // escaped form when it is '%', '{' or '}'), become '*'.
+//
+// Redis gives up on a pattern whose '*'s nest deeper than maxGlobNesting
+// (it matches nothing then): a wider form with more '*'s than
+// maxScanStars is sent as "*" instead, and the keys are matched here
+// alone (TestAdversary45_ListManyWildcardsMissesKey).
 func scanGlob(pattern string) string {
 	var b strings.Builder
+	stars := 0
+	star := func() {
+		stars++
+		b.WriteByte('*')
+	}
 	lit := func(c byte) {
 		switch c {
 		case '%':
@@ -34,10 +44,10 @@ func scanGlob(pattern string) string {
 	for i := 0; i < len(pattern); i++ {
 		switch c := pattern[i]; c {
 		case '*', '?':
-			b.WriteByte('*')
+			star()
 		case '[':
 			i = classEnd(pattern, i)
-			b.WriteByte('*')
+			star()
 		case '\\':
 			if i+1 < len(pattern) {
 				i++
@@ -48,8 +58,19 @@ func scanGlob(pattern string) string {
 			lit(c)
 		}
 	}
+	if stars > maxScanStars {
+		return "*"
+	}
 	return b.String()
 }
+
+// maxScanStars is the most '*'s scanGlob sends; maxGlobNesting is how
+// deep Redis lets '*'s nest before it gives up on a match (as it does:
+// globMatch follows it).
+const (
+	maxScanStars   = 100
+	maxGlobNesting = 1000
+)
 
 // classEnd returns the index of the last byte of the [...] class that
 // starts at pattern[open], read as Redis reads it: '\' escapes the next
@@ -75,17 +96,21 @@ func classEnd(pattern string, open int) int {
 // globMatch reports whether s matches the Redis glob pattern (as SCAN
 // MATCH and KEYS read it, byte by byte: '*' any run of bytes, '?' one
 // byte, [...] one byte of a class, with '^' to negate and "a-z" ranges,
-// '\' to take the next byte literally).
+// '\' to take the next byte literally; no match once '*'s nest deeper
+// than maxGlobNesting).
 func globMatch(pattern, s string) bool {
 	skip := false
-	return globFrom(pattern, s, &skip)
+	return globFrom(pattern, s, &skip, 0)
 }
 
 // globFrom matches s against pattern. *skip is set once a '*' has tried
 // every rest of s without a match: a '*' further left would only try
 // shorter rests of the same pattern, so it stops too (as Redis does, which
 // keeps a pattern of many stars from taking exponential time).
-func globFrom(pattern, s string, skip *bool) bool {
+func globFrom(pattern, s string, skip *bool, nesting int) bool {
+	if nesting > maxGlobNesting {
+		return false
+	}
 	for len(pattern) > 0 {
 		switch pattern[0] {
 		case '*':
@@ -96,7 +121,7 @@ func globFrom(pattern, s string, skip *bool) bool {
 				return true
 			}
 			for ; len(s) > 0; s = s[1:] {
-				if globFrom(pattern[1:], s, skip) {
+				if globFrom(pattern[1:], s, skip, nesting+1) {
 					return true
 				}
 				if *skip {
@@ -149,11 +174,15 @@ func inClass(body string, c byte) bool {
 		case body[j] == ']':
 			j = len(body)
 		case j+2 < len(body) && body[j+1] == '-':
-			lo, hi := body[j], body[j+2]
+			// Compared as Redis compares them, as C chars, which are
+			// signed on x86-64 (and on arm64 are not: there, a range
+			// between a byte below 0x80 and one above matches otherwise;
+			// TestAdversary45_ListGlobRangeWithHighBytes).
+			lo, hi, x := int8(body[j]), int8(body[j+2]), int8(c)
 			if lo > hi {
 				lo, hi = hi, lo
 			}
-			match = match || lo <= c && c <= hi
+			match = match || lo <= x && x <= hi
 			j += 2
 		default:
 			match = match || body[j] == c
