@@ -204,7 +204,7 @@ func (a *call) acquireArgs(now, waitUntil time.Time) []any {
 	x := a.newAcqArgs()
 	var life any = 0
 	if !waitUntil.IsZero() {
-		x.life.n = ms(min(waitUntil.Sub(now)+50*time.Millisecond, 2*a.c.recheck+100*time.Millisecond))
+		x.life.n = ms(min(addDur(waitUntil.Sub(now), 50*time.Millisecond), 2*a.c.recheck+100*time.Millisecond))
 		life = &x.life
 		if a.member == "" {
 			// A release hands the lease over for the full TTL when this

@@ -41,6 +41,11 @@ type Client struct {
 	renew  *renewer
 	clock  clock // release deadlines, keeps' ends
 	closed atomic.Bool
+	// closeDone is closed when the first Close returns; closeUntil (set
+	// before closed) is the bound of its wait, which a later Close waits
+	// for too.
+	closeDone  chan struct{}
+	closeUntil time.Time
 
 	// When a release's message was last reported refused (UnixNano; see
 	// publishRefused).
@@ -139,7 +144,11 @@ func WithReleaseTimeout(d time.Duration) Option {
 		if d <= 0 {
 			return fmt.Errorf("lease: WithReleaseTimeout(%v): need a positive duration", d)
 		}
-		c.releaseTimeout = d
+		// Capped as WithRecheck's interval: the sums made of it (a
+		// tombstone lives 4 release timeouts; a leader's term reserves one
+		// from its unbounded budget) cannot wrap
+		// (TestAdversary45_HugeReleaseTimeoutNeverLeads).
+		c.releaseTimeout = min(d, maxRecheck)
 		return nil
 	}
 }
@@ -161,8 +170,8 @@ func WithRecheck(d time.Duration) Option {
 	}
 }
 
-// maxRecheck is the longest re-check interval (about 36 years): the
-// longest WithRecheck takes.
+// maxRecheck is the longest re-check interval and release timeout (about
+// 36 years): the longest WithRecheck and WithReleaseTimeout take.
 const maxRecheck = time.Duration(1 << 60)
 
 // WithCounterTTL sets how long a fence counter outlives its last grant
@@ -205,6 +214,7 @@ func New(rdb redis.UniversalClient, opts ...Option) (*Client, error) {
 		releaseTimeout: DefaultReleaseTimeout,
 		counterTTL:     24 * time.Hour,
 		recheck:        500 * time.Millisecond,
+		closeDone:      make(chan struct{}),
 	}
 	for _, o := range opts {
 		if err := o(c); err != nil {
@@ -297,15 +307,44 @@ func errNoDeadlines(client, options string) error {
 // (renewed) until they return and release them, so close the go-redis
 // client only after they have. Close waits for nothing else and may be
 // called from an Observer (it does not wait for the call whose Observer
-// called it). A call whose acquire is already sent (a waiter's re-check, a
-// candidate's campaign) to a server that stopped answering ends when that
-// request's own limit passes (its TTL less the drift, or its budget if
-// sooner), which may be after Close returned: go-redis ends a read at a
+// called it). A later Close (another part of the service, an Observer)
+// returns when the first does, within the first's bound. The bound is a
+// limit: what does not fit in the release timeout ends after Close
+// returned (and, once the go-redis client is closed, cannot release what
+// it was granted): calls queued for a pool whose connections are all
+// taken, a server slower than that, and a call whose acquire is already
+// sent (a waiter's re-check, a candidate's campaign) to a server that
+// stopped answering, which ends when that request's own limit passes (its
+// TTL less the drift, or its budget if sooner): go-redis ends a read at a
 // deadline, not on cancellation.
 func (c *Client) Close() error {
-	if c == nil || !c.closed.CompareAndSwap(false, true) {
+	if c == nil {
 		return nil
 	}
+	// Everything Close waits for, it waits for until the release timeout
+	// from now.
+	until := time.Now().Add(c.releaseTimeout)
+	c.grantMu.Lock()
+	if c.closed.Load() {
+		// Closed already (another part of the service, or an Observer):
+		// this Close returns when the first does, so that whoever closes
+		// the go-redis client after it finds the same state. Bounded by
+		// the first's wait: a Close called from an Observer that the
+		// first waits for still returns.
+		first := c.closeUntil
+		c.grantMu.Unlock()
+		t := time.NewTimer(time.Until(first))
+		defer t.Stop()
+		select {
+		case <-c.closeDone:
+		case <-t.C:
+		}
+		return nil
+	}
+	c.closeUntil = until
+	c.closed.Store(true)
+	c.grantMu.Unlock()
+	defer close(c.closeDone)
 	abandoned := c.hub.close()
 	c.grantMu.Lock()
 	c.grantShut = true
@@ -350,12 +389,11 @@ func (c *Client) Close() error {
 		tomb := w.k.tomb + w.id
 		x.start(c, w.k, &tomb, &w.id, &w.member, "1")
 	}
-	c.releaseAllKept()
+	c.releaseAllKept(until)
 	// Close returns once each of those releases was answered, or written
 	// to a connection (the server carries it out even if the go-redis
 	// client is closed next; a silent server does not hold Close up for
 	// the reply), within the release timeout.
-	until := time.Now().Add(c.releaseTimeout)
 	for i := range sent {
 		x := &sent[i]
 		for (x.r == nil || x.r.hold.writes.Load() == 0) && time.Now().Before(until) {

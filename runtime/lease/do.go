@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"math"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -307,6 +308,16 @@ func (a *call) newAttempt() {
 }
 
 func ms(d time.Duration) int64 { return max(int64(d/time.Millisecond), 1) }
+
+// addDur is d + e (e >= 0), at most the longest time.Duration: a sum of a
+// user's duration and a margin must not wrap (a Wait of math.MaxInt64
+// gave a queue place a life of 1 ms: TestAdversary45_HugeWaitDropsQueuePlace).
+func addDur(d, e time.Duration) time.Duration {
+	if d > math.MaxInt64-e {
+		return math.MaxInt64
+	}
+	return d + e
+}
 
 // notStarted is the error for a call whose context ended before it began:
 // nothing was sent.

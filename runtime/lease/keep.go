@@ -357,7 +357,7 @@ func (c *Client) dropKept(l *Lease) {
 // own have been sent; those in use are released when their calls return.
 // (Once Close has looked, no lease is kept that is not in use, so nothing
 // is added to keptReleases while it waits.)
-func (c *Client) releaseAllKept() {
+func (c *Client) releaseAllKept(until time.Time) {
 	c.keptMu.Lock()
 	var free []*Lease
 	for _, e := range c.kept {
@@ -373,7 +373,7 @@ func (c *Client) releaseAllKept() {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			c.releaseKept(l, time.Time{}, nil)
+			c.releaseKept(l, until, nil)
 		}()
 	}
 	wg.Wait()
