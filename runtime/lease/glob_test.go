@@ -20,7 +20,7 @@ func TestGlobMatchAgreesWithRedis(t *testing.T) {
 	srv := leasetest.StartRedis(t)
 	rdb := srv.Client(t)
 	ctx := context.Background()
-	const alphabet = `ab%{}-]^[\*?x`
+	const alphabet = "ab%{}-]^[\\*?x\x01\x7f\x80\xc3\xff"
 	rnd := rand.New(rand.NewPCG(44, 1))
 	random := func(n int) string {
 		b := make([]byte, 1+rnd.IntN(n))
