@@ -1,0 +1,446 @@
+package gen_test
+
+// Adversary round 46 (generator). Each test runs the real generator
+// (gen.Generate) on a small package in a throwaway module and, when it
+// generates without errors, builds the package with the output: DESIGN §3
+// promises that anything leasegen does not support "is a generate-time
+// error", so a run that exits 0 must leave a package that compiles.
+
+import (
+	"bytes"
+	"errors"
+	"go/scanner"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/leasegen/leasegen/gen"
+	"github.com/leasegen/leasegen/internal/gentest"
+)
+
+// adv46Module writes a module example.com/golden using this repository
+// and returns its directory.
+func adv46Module(t *testing.T) string {
+	t.Helper()
+	gentest.Env(t)
+	mod := t.TempDir()
+	gentest.WriteModule(t, mod)
+	return mod
+}
+
+// adv46Write writes files (path -> content) under dir.
+func adv46Write(t *testing.T, dir string, files map[string]string) {
+	t.Helper()
+	for name, src := range files {
+		p := filepath.Join(dir, name)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(src), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// adv46Generate runs the generator in dir (package "."), writes what it
+// returns, and returns the diagnostics (nil when it generated).
+func adv46Generate(t *testing.T, dir string) []string {
+	t.Helper()
+	files, err := gen.Generate(gen.Config{Dir: dir})
+	if err != nil {
+		var list scanner.ErrorList
+		if errors.As(err, &list) {
+			var out []string
+			for _, e := range list {
+				out = append(out, e.Error())
+			}
+			return out
+		}
+		return []string{err.Error()}
+	}
+	for _, f := range files {
+		if f.Data == nil {
+			os.Remove(f.Path)
+			continue
+		}
+		if err := os.WriteFile(f.Path, f.Data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return nil
+}
+
+// adv46GenerateBuilds checks the promise "generate-time error or code that
+// compiles": it generates for the package in dir and, when leasegen
+// reported no error, runs go build and go vet on it.
+func adv46GenerateBuilds(t *testing.T, mod, pkg string) {
+	t.Helper()
+	dir := filepath.Join(mod, pkg)
+	if errs := adv46Generate(t, dir); errs != nil {
+		t.Logf("leasegen reported errors (acceptable):\n%s", strings.Join(errs, "\n"))
+		return
+	}
+	for _, tool := range []string{"build", "vet"} {
+		cmd := exec.Command("go", tool, "./"+pkg)
+		cmd.Dir = mod
+		if out, err := cmd.CombinedOutput(); err != nil {
+			gen, _ := os.ReadFile(filepath.Join(dir, "lease_gen.go"))
+			t.Fatalf("leasegen exited 0 but go %s of the package fails: %v\n%s\n--- lease_gen.go\n%s", tool, err, out, gen)
+		}
+	}
+}
+
+// Finding 1. A decorator's methods use the fixed receiver name "x"
+// (gen/decorator.go:113, Recv: "x"), reserved only against the method's
+// parameter names (decorator.go:159 n.reserve(dec.Recv)), never against the
+// names the body repeats: the result types, which the body declares as
+// `var r0 <type>`. An interface method returning a type of an imported
+// package named x (x.Thing), or a package type named x, gives
+//
+//	func (x *leasedStore) Put(ctx context.Context, id string) (x.Thing, error) {
+//		var r0 x.Thing   // x is the receiver here: "x.Thing is not a type"
+//
+// leasegen exits 0 and writes a file that does not compile. Function and
+// method wrappers allocate their receiver name with the namer
+// (build.go: n.alloc(recvName(fd), "r")), which reserves those names; the
+// decorator does not.
+//
+// Breaks DESIGN §3 "Supported targets: ... interface methods: directives on
+// an interface's methods generate a decorator NewLeased<Iface>" and
+// "anything else is a generate-time error".
+func TestAdversary46_DecoratorReceiverShadowsResultType(t *testing.T) {
+	mod := adv46Module(t)
+	adv46Write(t, mod, map[string]string{
+		// An imported package named x.
+		"decimp/x/x.go": "package x\n\ntype Thing struct{ N int }\n",
+		"decimp/p.go": `package decimp
+
+import (
+	"context"
+
+	"example.com/golden/decimp/x"
+)
+
+type Store interface {
+	//lease:lock k:{id} deadline=5s
+	Put(ctx context.Context, id string) (x.Thing, error)
+}
+`,
+		// A package type named x.
+		"dectype/p.go": `package dectype
+
+import "context"
+
+type x int
+
+type Store interface {
+	//lease:lock k:{id} deadline=5s
+	Put(ctx context.Context, id string) ([]x, error)
+}
+`,
+	})
+	for _, pkg := range []string{"decimp", "dectype"} {
+		t.Run(pkg, func(t *testing.T) { adv46GenerateBuilds(t, mod, pkg) })
+	}
+}
+
+// Finding 2. The wrapper body uses predeclared identifiers unqualified:
+// nil (nil checks), int64/uint64/string/bool (key conversions,
+// templates/key values built in gen/key.go keyValue), len (a MarshalText
+// part's emptiness check), true (Fence: true). newNamer
+// (gen/naming.go:325) reserves types.Universe.Names() against the
+// wrapper's parameters only; a package-level declaration of the same name
+// (legal Go: package scope shadows the universe) is not looked at, so the
+// wrapper refers to the package's declaration. leasegen exits 0; the
+// package then fails to compile ("cannot convert n (variable of type int)
+// to type int64", "invalid operation: p == nil (mismatched types *string
+// and int)"). Imports get this treatment (importName numbers fmt1,
+// strconv1, ... around a package-level fmt), predeclared names do not.
+//
+// Breaks DESIGN §3 (the key template is checked at generate time; anything
+// unsupported "is a generate-time error"): exit 0 with code that does not
+// build.
+func TestAdversary46_PackageShadowsPredeclared(t *testing.T) {
+	mod := adv46Module(t)
+	adv46Write(t, mod, map[string]string{
+		"shint64/p.go": `package shint64
+
+import "context"
+
+// int64 is the package's own type (it shadows the predeclared one).
+type int64 struct{ hi, lo uint32 }
+
+//lease:lock k:{n} deadline=5s
+func f(ctx context.Context, n int) error { return nil }
+`,
+		"shnil/p.go": `package shnil
+
+import "context"
+
+// nil is a package-level variable (legal, if unwise).
+var nil = 0
+
+//lease:lock k:{p} deadline=5s
+func f(ctx context.Context, p *string) error { return ctx.Err() }
+`,
+	})
+	for _, pkg := range []string{"shint64", "shnil"} {
+		t.Run(pkg, func(t *testing.T) { adv46GenerateBuilds(t, mod, pkg) })
+	}
+}
+
+// Finding 3. A decorator passes the methods of an interface embedded from
+// another package straight through, writing their signatures in the
+// generated file. When such a signature names an unexported type (or
+// unexported alias) of that package, the file cannot name it:
+//
+//	func (x *leasedStore) Get() y.t {   // "name t not exported by package y"
+//
+// gen/decorator.go:95-100 refuses an embedded interface with an unexported
+// *method* (the err_adv22_decorator_foreign_unexported case), but not one
+// whose exported methods use unexported *types*; typecode.go (qual.typ,
+// case *types.Named / *types.Alias) writes pkg.name whatever the name's
+// export status. Real-world instance: protoreflect.Message has
+// ProtoMethods() *methods, methods an unexported alias. leasegen exits 0
+// with a file that does not compile.
+//
+// Breaks DESIGN §3: supported targets are interface methods with a
+// decorator; "anything else is a generate-time error".
+func TestAdversary46_DecoratorForeignUnexportedType(t *testing.T) {
+	mod := adv46Module(t)
+	adv46Write(t, mod, map[string]string{
+		"decunexp/y/y.go": `package y
+
+type t struct{ N int }
+
+type priv = int
+
+// I and J are exported interfaces with exported methods whose
+// signatures use names other packages cannot write.
+type I interface{ Get() t }
+
+type J interface{ Count() priv }
+`,
+		"decunexp/p.go": `package decunexp
+
+import (
+	"context"
+
+	"example.com/golden/decunexp/y"
+)
+
+type Store interface {
+	y.I
+	y.J
+	//lease:lock k:{id} deadline=5s
+	Save(ctx context.Context, id string) error
+}
+`,
+	})
+	adv46GenerateBuilds(t, mod, "decunexp")
+}
+
+// Finding 4. leasecheck calls the output stale, forever: leasegen (and
+// leasegen -check) find the file up to date, and regenerating writes the
+// same bytes, but go vet -vettool=leasecheck keeps reporting
+// "lease_gen.go is stale ... run go generate".
+//
+// Root cause: newNamer (gen/naming.go:330) reserves every identifier of a
+// parameter's or result's type text that g.pkg.Types.Scope().Lookup
+// finds, without skipping the objects declared in leasegen's own output
+// (declare, naming.go:84-87, does skip them via g.generated). leasegen
+// loads with -tags leasegen, so the wrapper F is not in scope and the
+// parameter F keeps its name; the analyzer gets the package from go vet
+// with lease_gen.go compiled in, so the "F" of the type text
+// struct{ F int } resolves to the generated func F, F is reserved, the
+// parameter is renamed F1 and the rendering differs from the file.
+//
+// Breaks DESIGN §3 "deterministic" / README "go tool leasecheck ./... runs
+// the lock-discipline checks": the generator's output must be a fixed point
+// for its own checker (round 31b treated such a regenerate loop as a bug).
+func TestAdversary46_CheckerStaleLoop(t *testing.T) {
+	mod := adv46Module(t)
+	adv46Write(t, mod, map[string]string{
+		"staleloop/p.go": `package staleloop
+
+import "context"
+
+//lease:lock k:{id} deadline=5s
+func f(ctx context.Context, id string, F int, opts struct{ F int }) error { return nil }
+`,
+	})
+	dir := filepath.Join(mod, "staleloop")
+	if errs := adv46Generate(t, dir); errs != nil {
+		t.Fatalf("leasegen: %s", strings.Join(errs, "\n"))
+	}
+	// leasegen itself: nothing to regenerate.
+	if files, err := gen.Generate(gen.Config{Dir: dir}); err != nil {
+		t.Fatal(err)
+	} else {
+		for _, f := range files {
+			old, _ := os.ReadFile(f.Path)
+			if !bytes.Equal(old, f.Data) {
+				t.Fatalf("leasegen would rewrite %s (not the finding)", f.Path)
+			}
+		}
+	}
+	cmd := exec.Command("go", "run", "github.com/leasegen/leasegen/cmd/leasecheck", "./staleloop")
+	cmd.Dir = mod
+	out, err := cmd.CombinedOutput()
+	if err != nil || len(out) > 0 {
+		t.Fatalf("leasecheck on the freshly generated package (leasegen -check: up to date): %v\n%s", err, out)
+	}
+}
+
+// Finding 5. A method's receiver name shadows the package-level variable
+// or constant that client= or identity= names. funcWrapper allocates the
+// wrapper's receiver name first (gen/build.go:382, w.RecvName =
+// n.alloc(recvName(fd), "r")), and only then does client()
+// (gen/client.go:54-56) or identity() (gen/identity.go:104-107) reserve
+// the package-level name, too late to rename the receiver. The wrapper then
+// reads the receiver where it means the package's variable:
+//
+//	func (leases Node) Settle(...) error { ... return leases.Do(...) }
+//	                                       // leases.Do undefined (type Node ...)
+//	func (region *Jobs) SettleAsLeader(...) { ... Owner: region, ... }
+//	                                       // cannot use region (*Jobs) as string
+//
+// With a receiver of a string type and identity= naming a constant of that
+// type, it compiles and campaigns under the receiver's value instead of the
+// constant. Type parameters get exactly this check (build.go:393-401:
+// "type parameter %s shadows the package-level %s that %s=%s names"),
+// receivers do not. leasegen exits 0 either way.
+//
+// Breaks DESIGN §3 "client= ... a receiver field or a package-level
+// variable" (the package variable is not what the wrapper uses) and
+// "anything else is a generate-time error".
+func TestAdversary46_ReceiverShadowsClientOrIdentity(t *testing.T) {
+	mod := adv46Module(t)
+	adv46Write(t, mod, map[string]string{
+		"recvclient/p.go": `package recvclient
+
+import (
+	"context"
+
+	"github.com/leasegen/leasegen/runtime/lease"
+)
+
+// leases is the process's lease client.
+var leases *lease.Client
+
+// Node is a node's name.
+type Node string
+
+//lease:lock jobs:{id} deadline=5s client=leases
+func (leases Node) settle(ctx context.Context, id string) error { return nil }
+`,
+		"recvidentity/p.go": `package recvidentity
+
+import (
+	"context"
+
+	"github.com/leasegen/leasegen/runtime/lease"
+)
+
+const region = "eu-1"
+
+type Jobs struct{ lc *lease.Client }
+
+//lease:leader jobs:settle identity=region
+func (region *Jobs) settle(ctx context.Context) error { return nil }
+`,
+	})
+	for _, pkg := range []string{"recvclient", "recvidentity"} {
+		t.Run(pkg, func(t *testing.T) { adv46GenerateBuilds(t, mod, pkg) })
+	}
+}
+
+// Finding 5, silent form, run against a real redis-server: the receiver
+// is of a string type and identity= names a package constant of that
+// type. The wrapper compiles, and campaigns with Owner: string(region)
+// where region is the *receiver*, so the leader is recorded under the
+// receiver's value ("node-7"), not the constant identity= names ("eu-1").
+// Same root cause as above (gen/build.go:382 allocates the receiver name
+// before gen/identity.go:106 reserves the constant's name).
+func TestAdversary46_ReceiverShadowsIdentityRuntime(t *testing.T) {
+	mod := adv46Module(t)
+	adv46Write(t, mod, map[string]string{
+		"silentowner/p.go": `package silentowner
+
+import (
+	"context"
+
+	"github.com/leasegen/leasegen/runtime/lease"
+)
+
+// Region names a region.
+type Region string
+
+// region is the candidate name identity= asks for.
+const region Region = "eu-1"
+
+// Leases is the lease client.
+var Leases *lease.Client
+
+// Owner is the leader's owner as Redis records it, read during the term.
+var Owner string
+
+// Stop ends the campaign after the first term.
+var Stop context.CancelFunc
+
+//lease:leader jobs:settle identity=region client=Leases
+func (region Region) settle(ctx context.Context) error {
+	l, err := Leases.Leader(ctx, "jobs:settle")
+	Owner = l.Owner
+	Stop()
+	return err
+}
+`,
+		"silentowner/p_test.go": `package silentowner
+
+import (
+	"context"
+	"errors"
+	"os"
+	"testing"
+
+	"github.com/leasegen/leasegen/runtime/lease"
+	"github.com/leasegen/leasegen/runtime/leasetest"
+)
+
+var srv *leasetest.Server
+
+func TestMain(m *testing.M) { os.Exit(leasetest.RunTests(m, &srv)) }
+
+func TestOwnerIsTheIdentityConstant(t *testing.T) {
+	c, err := lease.New(srv.Client(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	Leases = c
+	ctx, cancel := context.WithCancel(context.Background())
+	Stop = cancel
+	if err := Region("node-7").SettleAsLeader(ctx); err != nil && !errors.Is(err, context.Canceled) {
+		t.Fatal(err)
+	}
+	if Owner != string(region) {
+		t.Fatalf("leader recorded with owner %q; identity=region names the constant %q", Owner, region)
+	}
+}
+`,
+	})
+	dir := filepath.Join(mod, "silentowner")
+	if errs := adv46Generate(t, dir); errs != nil {
+		t.Logf("leasegen reported errors (acceptable): %s", strings.Join(errs, "\n"))
+		return
+	}
+	cmd := exec.Command("go", "test", "-count=1", "./silentowner")
+	cmd.Dir = mod
+	if out, err := cmd.CombinedOutput(); err != nil {
+		gen, _ := os.ReadFile(filepath.Join(dir, "lease_gen.go"))
+		t.Fatalf("generated wrapper run against redis-server: %v\n%s\n--- lease_gen.go\n%s", err, out, gen)
+	}
+}
