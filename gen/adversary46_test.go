@@ -444,3 +444,69 @@ func TestOwnerIsTheIdentityConstant(t *testing.T) {
 		t.Fatalf("generated wrapper run against redis-server: %v\n%s\n--- lease_gen.go\n%s", err, out, gen)
 	}
 }
+
+// Finding 7. The generated file carries no build constraint (README:
+// "the output carries no build constraint of its own"), so it is compiled
+// on every platform; but leasegen checks its names only against the files
+// of the current GOOS/GOARCH. A package-level declaration in a file for
+// another platform (charge_windows.go declaring Charge, or a package-level
+// time that the output's import "time" collides with) is never seen:
+// leasegen exits 0 on linux and the package no longer builds for windows
+// ("Charge redeclared in this block"; "time already declared through
+// import of package time"). declare (gen/naming.go:76-124) and importName
+// (gen/typecode.go:22-43) look at g.pkg.Types.Scope() and the internal
+// test files only (parsed by leasegen itself, so it could parse
+// p.IgnoredFiles the same way).
+//
+// Breaks README "A wrapper's name must be free where it is declared: a
+// clash with a declaration, an import name or a dot-imported name of the
+// package's files ... is an error asking for name=" and DESIGN §3
+// (errors at generate time, not a build broken elsewhere). The README's
+// build-constraint limit speaks of directives in constrained files, not of
+// other declarations there.
+func TestAdversary46_ClashInOtherPlatformsFile(t *testing.T) {
+	mod := adv46Module(t)
+	adv46Write(t, mod, map[string]string{
+		"otheros/p.go": `package otheros
+
+import "context"
+
+//lease:lock k:{id} deadline=5s
+func charge(ctx context.Context, id string) error { return nil }
+`,
+		"otheros/charge_windows.go": `package otheros
+
+// Charge is the Windows service's entry point.
+func Charge() {}
+`,
+		"otherosimp/p.go": `package otherosimp
+
+import "context"
+
+//lease:lock k:{id} deadline=5s
+func charge(ctx context.Context, id string) error { return nil }
+`,
+		"otherosimp/clock_windows.go": `package otherosimp
+
+// time is the Windows tick source.
+var time = 1
+`,
+	})
+	for _, pkg := range []string{"otheros", "otherosimp"} {
+		t.Run(pkg, func(t *testing.T) {
+			dir := filepath.Join(mod, pkg)
+			if errs := adv46Generate(t, dir); errs != nil {
+				t.Logf("leasegen reported errors (acceptable):\n%s", strings.Join(errs, "\n"))
+				return
+			}
+			for _, goos := range []string{"linux", "windows"} {
+				cmd := exec.Command("go", "build", "./"+pkg)
+				cmd.Dir = mod
+				cmd.Env = append(os.Environ(), "GOOS="+goos, "GOARCH=amd64")
+				if out, err := cmd.CombinedOutput(); err != nil {
+					t.Errorf("leasegen exited 0 but GOOS=%s go build fails: %v\n%s", goos, err, out)
+				}
+			}
+		})
+	}
+}
