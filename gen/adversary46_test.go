@@ -198,7 +198,7 @@ func f(ctx context.Context, p *string) error { return ctx.Err() }
 //
 //	func (x *leasedStore) Get() y.t {   // "name t not exported by package y"
 //
-// gen/decorator.go:95-100 refuses an embedded interface with an unexported
+// gen/decorator.go:99-103 refuses an embedded interface with an unexported
 // *method* (the err_adv22_decorator_foreign_unexported case), but not one
 // whose exported methods use unexported *types*; typecode.go (qual.typ,
 // case *types.Named / *types.Alias) writes pkg.name whatever the name's
@@ -453,7 +453,7 @@ func TestOwnerIsTheIdentityConstant(t *testing.T) {
 // time that the output's import "time" collides with) is never seen:
 // leasegen exits 0 on linux and the package no longer builds for windows
 // ("Charge redeclared in this block"; "time already declared through
-// import of package time"). declare (gen/naming.go:76-124) and importName
+// import of package time"). declare (gen/naming.go:77-124) and importName
 // (gen/typecode.go:22-43) look at g.pkg.Types.Scope() and the internal
 // test files only (parsed by leasegen itself, so it could parse
 // p.IgnoredFiles the same way).
@@ -508,5 +508,66 @@ var time = 1
 				}
 			}
 		})
+	}
+}
+
+// Finding 8. A //lease:defaults value that conflicts with a directive's
+// own option is reported once per directive, every time at the defaults'
+// argument and with the same text, so the output holds identical lines and
+// never says which directive conflicts:
+//
+//	p.go:3:18: lease: wait 10s must be less than deadline 5s
+//	p.go:3:18: lease: wait 10s must be less than deadline 5s
+//	p.go:3:27: lease: min-validity 20s must be less than ttl 10s
+//	p.go:3:27: lease: min-validity 20s must be less than ttl 10s
+//
+// The user, told twice about line 3, has to search for the functions with
+// deadline=5s or ttl=10s. Root cause: directive.Check
+// (gen/directive/directive.go:468-474) runs on the merged directive
+// (build.go:260 d.Merge(g.defaults)) and positions the error at the
+// option's Pos, which for a default is the defaults comment; the message
+// names neither the function nor the directive. (go/scanner's
+// ErrorList.RemoveMultiples, the compiler's answer to repeats, is not used
+// either.)
+//
+// Breaks DESIGN §3 "Generate-time errors look like the compiler's" / §8
+// "directive problems at the offending argument": the conflicting argument
+// of each directive (its deadline=5s, its ttl=10s) is never pointed at.
+func TestAdversary46_DefaultsConflictNamesNoDirective(t *testing.T) {
+	mod := adv46Module(t)
+	adv46Write(t, mod, map[string]string{
+		"defconf/p.go": `// Package defconf.
+//
+//lease:defaults wait=10s min-validity=20s
+package defconf
+
+import "context"
+
+//lease:lock a deadline=5s ttl=10s
+func f(ctx context.Context) error { return nil }
+
+//lease:lock b deadline=5s ttl=10s
+func g(ctx context.Context) error { return nil }
+`,
+	})
+	errs := adv46Generate(t, filepath.Join(mod, "defconf"))
+	if errs == nil {
+		t.Fatal("generated without errors")
+	}
+	seen := map[string]bool{}
+	for _, e := range errs {
+		if seen[e] {
+			t.Errorf("diagnostic repeated: %s", e)
+		}
+		seen[e] = true
+	}
+	all := strings.Join(errs, "\n")
+	for _, line := range []string{"p.go:8:", "p.go:11:"} {
+		if !strings.Contains(all, line) && !strings.Contains(all, strings.TrimSuffix(line, ":")+" ") {
+			t.Errorf("no diagnostic points at the directive at %s (it conflicts with the defaults)", strings.TrimSuffix(line, ":"))
+		}
+	}
+	if t.Failed() {
+		t.Logf("diagnostics:\n%s", all)
 	}
 }
