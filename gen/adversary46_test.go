@@ -571,3 +571,39 @@ func g(ctx context.Context) error { return nil }
 		t.Logf("diagnostics:\n%s", all)
 	}
 }
+
+// Finding 10. name=_ is accepted: leasegen writes a blank wrapper,
+// func _(ctx context.Context, c *lease.Client, id string) error (and a
+// blank method for a method), which nothing can call, and exits 0; the
+// function's callers are then told by leasecheck "call to f bypasses its
+// lease: call _ instead". A blank *target* is refused ("a blank function
+// (func _) cannot be called: the directive has nothing to wrap",
+// gen/build.go:276-278), a blank wrapper name is not: the directive
+// parser only checks token.IsIdentifier (gen/directive/directive.go:370),
+// which "_" passes, and declare
+// (gen/naming.go:77) finds nothing named _ in scope.
+//
+// Breaks DESIGN §3 "name=Ident the wrapper's name" / "Wrapper naming ...
+// (the raw function stays callable, and leasecheck flags callers that
+// bypass the wrapper)": there is no wrapper to call instead. Expected: an
+// error at the name= argument (p.go:5:33).
+func TestAdversary46_BlankWrapperName(t *testing.T) {
+	mod := adv46Module(t)
+	adv46Write(t, mod, map[string]string{
+		"blankname/p.go": `package blankname
+
+import "context"
+
+//lease:lock k:{id} deadline=5s name=_
+func f(ctx context.Context, id string) error { return nil }
+`,
+	})
+	errs := adv46Generate(t, filepath.Join(mod, "blankname"))
+	for _, e := range errs {
+		if strings.HasPrefix(e, "p.go:5:33: ") {
+			return
+		}
+	}
+	gen, _ := os.ReadFile(filepath.Join(mod, "blankname", "lease_gen.go"))
+	t.Fatalf("no error at name=_ (p.go:5:33); diagnostics: %q\n--- lease_gen.go\n%s", errs, gen)
+}
