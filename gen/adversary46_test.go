@@ -607,3 +607,33 @@ func f(ctx context.Context, id string) error { return nil }
 	gen, _ := os.ReadFile(filepath.Join(mod, "blankname", "lease_gen.go"))
 	t.Fatalf("no error at name=_ (p.go:5:33); diagnostics: %q\n--- lease_gen.go\n%s", errs, gen)
 }
+
+// Finding 10b. Same gap for the other names Go reserves at package level:
+// name=init gives func init(ctx context.Context, c *lease.Client, id
+// string) error ("func init must have no arguments and no return
+// values"), and name=main in package main a func main with parameters.
+// declare (gen/naming.go:77) looks the name up in the package scope, where
+// init functions are never entered and main is free; leasegen exits 0 and
+// the package no longer compiles.
+func TestAdversary46_ReservedWrapperNames(t *testing.T) {
+	mod := adv46Module(t)
+	adv46Write(t, mod, map[string]string{
+		"initname/p.go": `package initname
+
+import "context"
+
+//lease:lock k:{id} deadline=5s name=init
+func f(ctx context.Context, id string) error { return nil }
+`,
+		"mainname/p.go": `package main
+
+import "context"
+
+//lease:lock k:{id} deadline=5s name=main
+func f(ctx context.Context, id string) error { return nil }
+`,
+	})
+	for _, pkg := range []string{"initname", "mainname"} {
+		t.Run(pkg, func(t *testing.T) { adv46GenerateBuilds(t, mod, pkg) })
+	}
+}
