@@ -8,6 +8,7 @@ package lease_test
 import (
 	"context"
 	"errors"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -318,9 +319,18 @@ func TestAdversary47_CloseWaitsForSlowObserverOfKeptRelease(t *testing.T) {
 	key := "adv47-kept-slowobs"
 	const bound = 300 * time.Millisecond
 	var armed atomic.Bool
+	slowDone := make(chan struct{})
+	var once sync.Once
+	t.Cleanup(func() { // the slow Observer ends before the test does (goleak)
+		select {
+		case <-slowDone:
+		case <-time.After(5 * time.Second):
+		}
+	})
 	obs := lease.ObserverFunc(func(e lease.Event) {
 		if armed.Load() && e.Key == key && (e.Kind == lease.EventReleased || e.Kind == lease.EventReleaseUnconfirmed) {
 			time.Sleep(2 * time.Second) // a slow exporter
+			once.Do(func() { close(slowDone) })
 		}
 	})
 	rdbQ := redis.NewClient(&redis.Options{Addr: srv.Addr(), ContextTimeoutEnabled: true})

@@ -69,11 +69,13 @@ type Client struct {
 	running atomic.Int64
 	// unsettled counts the calls (Do, a Lead's term) outside their
 	// function: acquiring, waiting, deciding whether to keep, releasing.
-	// Close waits for them (see Close); observing counts the Observer
-	// callbacks under way, so that a Close called from one does not wait
-	// for the call that called the Observer.
+	// Close waits for them (see Close), except for those with an Observer
+	// callback under way on Close's own goroutine (obsRuns): a Close
+	// called from an Observer does not wait for a call that cannot go on
+	// until the Observer returns, nor for one that waits for that report.
 	unsettled atomic.Int64
-	observing atomic.Int64
+	obsMu     sync.Mutex
+	obsRuns   []obsRun
 
 	// granting are the calls granted a lease (an acquire's grant or a
 	// release's handover) that have not entered their function yet: Close
@@ -306,9 +308,11 @@ func errNoDeadlines(client, options string) error {
 // one releasing. Calls already running their function keep their leases
 // (renewed) until they return and release them, so close the go-redis
 // client only after they have. Close waits for nothing else and may be
-// called from an Observer (it does not wait for the call whose Observer
-// called it). A later Close (another part of the service, an Observer)
-// returns when the first does, within the first's bound. The bound is a
+// called from an Observer (it does not wait for a call that Observer holds
+// up: the call it reports on, when that call is on the same goroutine or
+// waits for the report). A later Close (another part of the service, an
+// Observer) returns when the first does, at the latest at the first's
+// bound. The bound is a
 // limit: what does not fit in the release timeout ends after Close
 // returned (and, once the go-redis client is closed, cannot release what
 // it was granted): calls queued for a pool whose connections are all
@@ -411,8 +415,10 @@ func (c *Client) Close() error {
 	// its lease, one releasing. Close waits for them within the same
 	// bound, so that the go-redis client may be closed once Close returned
 	// and no call is in its function (a Close called from an Observer does
-	// not wait for the call that called it: see observing).
-	for c.unsettled.Load() > c.observing.Load() && time.Now().Before(until) {
+	// not wait for a call whose Observer callback runs on this goroutine:
+	// see obsRuns).
+	me := goid()
+	for c.unsettled.Load() > c.blockedOn(me) && time.Now().Before(until) {
 		time.Sleep(200 * time.Microsecond)
 	}
 	// Calls still in their function keep their leases, renewed (through

@@ -1,12 +1,15 @@
 package lease
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
 	"fmt"
 	"math"
+	"runtime"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -129,7 +132,8 @@ type call struct {
 	c       *Client
 	ctx     context.Context // the caller's, for events
 	key     string
-	counted bool // in Client.unsettled (only the call's goroutine sets it)
+	counted atomic.Bool // in Client.unsettled (only the call's goroutine sets it)
+	gid     uint64      // the call's goroutine, once asked (see unsettle)
 	k       keys
 	spec    Spec
 	id      string    // this attempt's identity
@@ -217,28 +221,80 @@ func (a *call) grant() *grantPart {
 	return a.g
 }
 
-// observe reports e of the call on the call's own goroutine; observeAside
-// from another (a renewal, the lease's watcher, a kept lease's release).
-// Only the first is counted in Client.observing while the call is in
-// Client.unsettled: a Close called from that Observer must not wait for
-// the call, which cannot go on until the Observer returns.
-func (a *call) observe(e Event) { a.emit(e, a.counted) }
-
-func (a *call) observeAside(e Event) { a.emit(e, false) }
-
-func (a *call) emit(e Event, counted bool) {
-	if a.c.quiet {
+// observe reports e to the Client's Observer. While the callback runs, the
+// goroutine it runs on and the call are listed in Client.obsRuns (see
+// Close).
+func (a *call) observe(e Event) {
+	c := a.c
+	if c.quiet {
 		return
 	}
 	e.Ctx, e.Name, e.Key, e.Start, e.At = a.ctx, a.spec.Name, a.key, a.start, time.Now()
 	if e.Token == 0 {
 		e.Token = a.token
 	}
-	if counted {
-		a.c.observing.Add(1)
-		defer a.c.observing.Add(-1)
+	run := obsRun{goid(), a}
+	c.addRun(run)
+	defer c.dropRun(run)
+	c.obs.Observe(e)
+}
+
+func (c *Client) addRun(r obsRun) {
+	c.obsMu.Lock()
+	c.obsRuns = append(c.obsRuns, r)
+	c.obsMu.Unlock()
+}
+
+func (c *Client) dropRun(r obsRun) {
+	c.obsMu.Lock()
+	if i := slices.Index(c.obsRuns, r); i >= 0 {
+		c.obsRuns = slices.Delete(c.obsRuns, i, i+1)
 	}
-	a.c.obs.Observe(e)
+	c.obsMu.Unlock()
+}
+
+// obsRun is a goroutine and a call that cannot go on while that goroutine
+// is held up: the call's own goroutine while the call is outside its
+// function (with an Observer: only an Observer can call Close from there),
+// or one running an Observer callback on the call (a renewal's report of a
+// loss, which the call may wait for).
+type obsRun struct {
+	gid uint64
+	a   *call
+}
+
+// blockedOn counts the calls outside their function (Client.unsettled)
+// that goroutine gid holds up (see obsRun): a Close running there (from
+// an Observer) does not wait for them.
+func (c *Client) blockedOn(gid uint64) int64 {
+	c.obsMu.Lock()
+	defer c.obsMu.Unlock()
+	var n int64
+	for i, r := range c.obsRuns {
+		if r.gid != gid || !r.a.counted.Load() || slices.ContainsFunc(c.obsRuns[:i], func(o obsRun) bool { return o.gid == gid && o.a == r.a }) {
+			continue
+		}
+		n++
+	}
+	return n
+}
+
+// goid returns the current goroutine's id, read from the first line of
+// its stack trace ("goroutine 123 [running]:"). Only Observer callbacks
+// and Close ask for it: a Close called from an Observer must tell its own
+// goroutine's calls from the others (Go has no goroutine-local state).
+func goid() uint64 {
+	var buf [64]byte
+	b := buf[:runtime.Stack(buf[:], false)]
+	b, _ = bytes.CutPrefix(b, []byte("goroutine "))
+	var id uint64
+	for _, d := range b {
+		if d < '0' || d > '9' {
+			break
+		}
+		id = id*10 + uint64(d-'0')
+	}
+	return id
 }
 
 // unsettle counts the call in Client.unsettled (outside its function),
@@ -247,16 +303,25 @@ func (a *call) emit(e Event, counted bool) {
 // its function (TestAdversary44_CloseWithAcquireInFlightThenRedisClose).
 // Only on the call's own goroutine; each is a no-op when already done.
 func (a *call) unsettle() {
-	if !a.counted {
-		a.counted = true
+	if !a.counted.Load() {
+		a.counted.Store(true)
 		a.c.unsettled.Add(1)
+		if !a.c.quiet {
+			if a.gid == 0 {
+				a.gid = goid()
+			}
+			a.c.addRun(obsRun{a.gid, a})
+		}
 	}
 }
 
 func (a *call) settle() {
-	if a.counted {
-		a.counted = false
+	if a.counted.Load() {
+		a.counted.Store(false)
 		a.c.unsettled.Add(-1)
+		if !a.c.quiet {
+			a.c.dropRun(obsRun{a.gid, a})
+		}
 	}
 }
 

@@ -376,8 +376,21 @@ func (c *Client) releaseAllKept(until time.Time) {
 			c.releaseKept(l, until, nil)
 		}()
 	}
-	wg.Wait()
-	c.keptReleases.Wait()
+	// Within the bound: the releases themselves are, and an Observer slow
+	// with their report must not hold Close past it
+	// (TestAdversary47_CloseWaitsForSlowObserverOfKeptRelease).
+	done := make(chan struct{})
+	go func() {
+		wg.Wait()
+		c.keptReleases.Wait()
+		close(done)
+	}()
+	t := time.NewTimer(time.Until(until))
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C:
+	}
 }
 
 // releaseKept releases a lease no call is using: stops its renewals and

@@ -202,7 +202,7 @@ type Lease struct {
 
 // observe reports e as an event of the call using the lease (or the last
 // one, for a kept lease between calls).
-func (l *Lease) observe(e Event) { l.cur.Load().observeAside(e) }
+func (l *Lease) observe(e Event) { l.cur.Load().observe(e) }
 
 // Key returns the key passed to Do.
 func (l *Lease) Key() string { return l.key }

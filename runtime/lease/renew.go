@@ -289,7 +289,7 @@ func (rn *renewer) renew(ctx context.Context, f *flight, batch []*renewal) {
 			l.mu.Lock()
 			l.lastErr = e
 			l.mu.Unlock()
-			events = append(events, func() { a.observeAside(Event{Kind: EventRenewFailed, Took: took, Err: e}) })
+			events = append(events, func() { a.observe(Event{Kind: EventRenewFailed, Took: took, Err: e}) })
 			r.setNext(time.Now().Add(max(r.interval/3, time.Millisecond)))
 			requeue = append(requeue, r)
 		case res == 1 && !l.extend(sent.Add(ttl-drift(ttl))):
@@ -302,7 +302,7 @@ func (rn *renewer) renew(ctx context.Context, f *flight, batch []*renewal) {
 				losses = append(losses, func() { l.reportLoss(cause) })
 			}
 		case res == 1:
-			events = append(events, func() { a.observeAside(Event{Kind: EventRenewed, Took: took}) })
+			events = append(events, func() { a.observe(Event{Kind: EventRenewed, Took: took}) })
 			r.setNext(sent.Add(r.interval))
 			requeue = append(requeue, r)
 		default:
