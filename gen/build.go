@@ -379,17 +379,18 @@ func (g *pkgGen) funcWrapper(fd *ast.FuncDecl, raw *directive.Directive) *templa
 	}
 	n := g.newNamer(q, typeParams, paramTypes, w.Results)
 	n.reserve(fd.Name.Name)
+	// The package-level variable or constant a client= or identity= names
+	// is used by the body: the receiver, named next, must not shadow it
+	// (TestAdversary46_ReceiverShadowsClientOrIdentity).
+	for _, o := range []directive.Word{d.Client, d.Identity} {
+		if o.Set() && g.pkg.Types.Scope().Lookup(o.V) != nil {
+			n.reserve(o.V)
+		}
+	}
 	if recvNamed != nil {
 		w.RecvName = n.alloc(recvName(fd), "r")
 	}
 	for _, tp := range w.TypeParams {
-		if n.used[tp.Name] {
-			// The wrapper copies type parameters as they are: one named
-			// like a package or predeclared name its body uses would
-			// shadow it there.
-			g.errorf(fd.Name.Pos(), "%s: type parameter %s has a name the generated wrapper needs (a package it imports or a predeclared identifier): rename it", fd.Name.Name, tp.Name)
-			return nil
-		}
 		// The package-level variable a client= or identity= names is
 		// used by the body too, which the type parameter would shadow.
 		for _, opt := range []struct {
@@ -400,6 +401,13 @@ func (g *pkgGen) funcWrapper(fd *ast.FuncDecl, raw *directive.Directive) *templa
 				g.errorf(fd.Name.Pos(), "%s: type parameter %s shadows the package-level %s that %s=%s names: rename one of them", fd.Name.Name, tp.Name, tp.Name, opt.name, opt.w.V)
 				return nil
 			}
+		}
+		if n.used[tp.Name] {
+			// The wrapper copies type parameters as they are: one named
+			// like a package or predeclared name its body uses would
+			// shadow it there.
+			g.errorf(fd.Name.Pos(), "%s: type parameter %s has a name the generated wrapper needs (a package it imports or a predeclared identifier): rename it", fd.Name.Name, tp.Name)
+			return nil
 		}
 		n.reserve(tp.Name)
 	}

@@ -102,6 +102,16 @@ func (g *pkgGen) decorator(ts *ast.TypeSpec, it *ast.InterfaceType) *templates.D
 			return nil
 		}
 	}
+	for i := range iface.NumMethods() {
+		// A method (of an embedded interface of another package) whose
+		// signature names what only its package can write
+		// (TestAdversary46_DecoratorForeignUnexportedType).
+		m := iface.Method(i)
+		if obj := foreignUnexported(m.Signature(), g.pkg.Types, map[types.Type]bool{}); obj != nil {
+			g.errorf(ts.Name.Pos(), "%s: no decorator can implement it outside package %s: its method %s uses %s, which that package does not export", ts.Name.Name, obj.Pkg().Name(), m.Name(), obj.Name())
+			return nil
+		}
+	}
 	// The decorator's fields must not share a name with a method.
 	fields := newNamer()
 	for i := range iface.NumMethods() {
@@ -111,6 +121,22 @@ func (g *pkgGen) decorator(ts *ast.TypeSpec, it *ast.InterfaceType) *templates.D
 		Iface: ts.Name.Name, IfaceTyp: g.qual().typ(named),
 		Ctor: "NewLeased" + exportName(ts.Name.Name), Struct: "leased" + exportName(ts.Name.Name),
 		Recv: "x", Next: fields.alloc("next", ""), ClientF: fields.alloc("leases", ""),
+	}
+	// The receiver is named in every method: not like a name the
+	// methods' types use (an import x, a type x), which it would shadow
+	// in the bodies (TestAdversary46_DecoratorReceiverShadowsResultType).
+	typeNames := map[string]bool{}
+	tq := g.qual()
+	for i := range iface.NumMethods() {
+		ps, rs := tq.sigTypes(iface.Method(i).Signature())
+		for _, text := range append(ps, rs...) {
+			for _, id := range identRE.FindAllString(text, -1) {
+				typeNames[id] = true
+			}
+		}
+	}
+	for k := 1; typeNames[dec.Recv]; k++ {
+		dec.Recv = "x" + strconv.Itoa(k)
 	}
 	for _, name := range []string{dec.Ctor, dec.Struct} {
 		if !g.declare(ts.Name.Pos(), name, nil) {
@@ -187,7 +213,8 @@ func (g *pkgGen) decoratorMethod(dec *templates.Decorator, ts *ast.TypeSpec, m *
 		return false
 	}
 	md, good := g.checked(d)
-	if !g.checkShape(d.Slash, ts.Name.Name+"."+m.Name(), sig) || !good {
+	// At the method's name, as for a function (DESIGN §8; adv46_iface_shape_position).
+	if !g.checkShape(m.Pos(), ts.Name.Name+"."+m.Name(), sig) || !good {
 		return false
 	}
 	w.Client = dec.Recv + "." + dec.ClientF
@@ -270,4 +297,79 @@ func (g *pkgGen) directiveText(d *directive.Directive) string {
 		}
 	}
 	return ""
+}
+
+// foreignUnexported returns a name t uses that code in package here cannot
+// write: an unexported type, alias, struct field or method of another
+// package (nil if none).
+func foreignUnexported(t types.Type, here *types.Package, seen map[types.Type]bool) types.Object {
+	if t == nil || seen[t] {
+		return nil
+	}
+	seen[t] = true
+	foreign := func(obj types.Object) bool {
+		return obj != nil && obj.Pkg() != nil && obj.Pkg() != here && !obj.Exported()
+	}
+	walkArgs := func(args *types.TypeList) types.Object {
+		for i := range args.Len() {
+			if obj := foreignUnexported(args.At(i), here, seen); obj != nil {
+				return obj
+			}
+		}
+		return nil
+	}
+	switch t := t.(type) {
+	case *types.Alias:
+		if foreign(t.Obj()) {
+			return t.Obj()
+		}
+		return walkArgs(t.TypeArgs())
+	case *types.Named:
+		if foreign(t.Obj()) {
+			return t.Obj()
+		}
+		return walkArgs(t.TypeArgs())
+	case *types.Pointer:
+		return foreignUnexported(t.Elem(), here, seen)
+	case *types.Slice:
+		return foreignUnexported(t.Elem(), here, seen)
+	case *types.Array:
+		return foreignUnexported(t.Elem(), here, seen)
+	case *types.Chan:
+		return foreignUnexported(t.Elem(), here, seen)
+	case *types.Map:
+		if obj := foreignUnexported(t.Key(), here, seen); obj != nil {
+			return obj
+		}
+		return foreignUnexported(t.Elem(), here, seen)
+	case *types.Signature:
+		for _, tup := range []*types.Tuple{t.Params(), t.Results()} {
+			for i := range tup.Len() {
+				if obj := foreignUnexported(tup.At(i).Type(), here, seen); obj != nil {
+					return obj
+				}
+			}
+		}
+	case *types.Struct:
+		for i := range t.NumFields() {
+			f := t.Field(i)
+			if foreign(f) {
+				return f
+			}
+			if obj := foreignUnexported(f.Type(), here, seen); obj != nil {
+				return obj
+			}
+		}
+	case *types.Interface:
+		for i := range t.NumMethods() {
+			m := t.Method(i)
+			if foreign(m) {
+				return m
+			}
+			if obj := foreignUnexported(m.Type(), here, seen); obj != nil {
+				return obj
+			}
+		}
+	}
+	return nil
 }

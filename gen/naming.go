@@ -75,6 +75,12 @@ func (g *pkgGen) members(recv *types.Named) map[string]types.Object {
 // declare records a wrapper name and reports a clash with an existing
 // declaration in its scope (the package, or the receiver's method set).
 func (g *pkgGen) declare(pos token.Pos, name string, recv *types.Named) bool {
+	// Names Go reserves at package level, which the package scope does
+	// not list (TestAdversary46_ReservedWrapperNames).
+	if recv == nil && (name == "init" || name == "main" && g.pkg.Types.Name() == "main") {
+		g.errorf(pos, "wrapper name %s is reserved at package level (func %s takes no parameters and returns nothing); choose another with name=", name, name)
+		return false
+	}
 	scopeKey := name
 	var existing types.Object
 	if recv != nil {

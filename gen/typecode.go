@@ -47,8 +47,10 @@ func (g *pkgGen) importName(path, name string) string {
 type qual struct {
 	g    *pkgGen
 	uses map[string]bool
-	// multiline: a struct or interface literal with two or more elements,
-	// which gofmt spreads over lines; the wrapper is then gofmt'd.
+	// multiline: a struct or interface literal that gofmt may spread over
+	// lines (two or more elements, a tag, or one element longer than
+	// about 30 bytes: go/printer's isOneLineFieldList); the wrapper is
+	// then gofmt'd. Any non-empty literal counts: gofmt decides.
 	multiline bool
 }
 
@@ -137,7 +139,7 @@ func (q *qual) typ(t types.Type) string {
 			}
 			fs = append(fs, s)
 		}
-		q.multiline = q.multiline || len(fs) > 1
+		q.multiline = true // one tagged field is spread over lines too (adv46_struct_tag_gofmt)
 		return "struct{ " + strings.Join(fs, "; ") + " }"
 	case *types.Interface:
 		if t.IsImplicit() && t.NumEmbeddeds() == 1 {
@@ -154,7 +156,7 @@ func (q *qual) typ(t types.Type) string {
 		if len(es) == 0 {
 			return "interface{}"
 		}
-		q.multiline = q.multiline || len(es) > 1
+		q.multiline = true
 		return "interface{ " + strings.Join(es, "; ") + " }"
 	case *types.Union:
 		var ts []string

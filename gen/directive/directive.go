@@ -367,7 +367,8 @@ func (d *Directive) set(name, val string, hasVal bool, pos, valPos token.Pos) (E
 		if d.Name == Defaults {
 			return errorf(pos, "option name= is not allowed in //lease:defaults (each wrapper needs its own name)"), false
 		}
-		return word(&d.WrapperName, token.IsIdentifier, "a Go identifier")
+		// Not "_": a blank wrapper could not be called (TestAdversary46_BlankWrapperName).
+		return word(&d.WrapperName, func(s string) bool { return token.IsIdentifier(s) && s != "_" }, "a Go identifier other than _")
 	case "client":
 		return word(&d.Client, token.IsIdentifier, "a receiver field or package-level variable name")
 	case "identity":
