@@ -204,8 +204,13 @@ func TestAdversary48_CloseOnGoroutineObserverWaitsFor(t *testing.T) {
 	}
 	pttl := srv.Client(t).PTTL(ctx, lockKey(key)).Val()
 	t.Logf("Close on a goroutine the EventAcquired Observer waits for took %v (release timeout %v); Do took %v: %v; key's PTTL after: %v", took, bound, doTook, derr, pttl)
-	if took > bound/2 {
-		t.Errorf("Close run for an Observer (on a goroutine it waits for) waited %v for the call that Observer holds up (release timeout %v); Do took %v", took.Round(time.Millisecond), bound, doTook.Round(time.Millisecond))
+	// Kept as the limit's test (README, Close): a Close the Observer runs
+	// on another goroutine and waits for is not told from any other Close
+	// (Go has no goroutine-local state to say "for this Observer"), so it
+	// waits for the call until its bound. It must not wait longer, nor
+	// leave the key held.
+	if took > bound+500*time.Millisecond || pttl > 0 {
+		t.Errorf("Close run for an Observer (on a goroutine it waits for) took %v (release timeout %v), key's PTTL after %v; want at most the bound and the key free", took.Round(time.Millisecond), bound, pttl)
 	}
 }
 

@@ -76,6 +76,7 @@ type Client struct {
 	unsettled atomic.Int64
 	obsMu     sync.Mutex
 	obsRuns   []obsRun
+	closers   map[uint64]int // goroutines running Close (see blocked)
 
 	// granting are the calls granted a lease (an acquire's grant or a
 	// release's handover) that have not entered their function yet: Close
@@ -308,11 +309,13 @@ func errNoDeadlines(client, options string) error {
 // one releasing. Calls already running their function keep their leases
 // (renewed) until they return and release them, so close the go-redis
 // client only after they have. Close waits for nothing else and may be
-// called from an Observer (it does not wait for a call that Observer holds
-// up: the call it reports on, when that call is on the same goroutine or
-// waits for the report). A later Close (another part of the service, an
-// Observer) returns when the first does, at the latest at the first's
-// bound. The bound is a
+// called from an Observer, on the Observer's goroutine: it does not wait
+// for a call that Observer holds up (the call it reports on, when that
+// call is on the same goroutine or waits for a report of its loss), nor
+// does any other Close meanwhile; a Close that an Observer starts on
+// another goroutine and waits for waits for that call until its bound. A
+// later Close (another part of the service, an Observer) returns when the
+// first does, at the latest at the first's bound. The bound is a
 // limit: what does not fit in the release timeout ends after Close
 // returned (and, once the go-redis client is closed, cannot release what
 // it was granted): calls queued for a pool whose connections are all
@@ -328,6 +331,11 @@ func (c *Client) Close() error {
 	// Everything Close waits for, it waits for until the release timeout
 	// from now.
 	until := time.Now().Add(c.releaseTimeout)
+	if !c.quiet {
+		// With an Observer, Close may run in one: listed, so that no
+		// Close waits for the calls it holds up (see blocked).
+		defer c.closing(goid())()
+	}
 	c.grantMu.Lock()
 	if c.closed.Load() {
 		// Closed already (another part of the service, or an Observer):
@@ -417,8 +425,7 @@ func (c *Client) Close() error {
 	// and no call is in its function (a Close called from an Observer does
 	// not wait for a call whose Observer callback runs on this goroutine:
 	// see obsRuns).
-	me := goid()
-	for c.unsettled.Load() > c.blockedOn(me) && time.Now().Before(until) {
+	for c.unsettled.Load() > c.blocked() && time.Now().Before(until) {
 		time.Sleep(200 * time.Microsecond)
 	}
 	// Calls still in their function keep their leases, renewed (through

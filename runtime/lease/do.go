@@ -233,9 +233,18 @@ func (a *call) observe(e Event) {
 	if e.Token == 0 {
 		e.Token = a.token
 	}
-	run := obsRun{goid(), a}
-	c.addRun(run)
-	defer c.dropRun(run)
+	if e.Kind == EventLost {
+		// A loss's report may come from another goroutine (a renewal, the
+		// lease's watcher) while the call waits for it (awaitReport): a
+		// Close from this Observer must not wait for the call. Other
+		// reports from elsewhere (a renewal's) are nothing the call waits
+		// for (TestAdversary48_CloseFromRenewedObserverSkipsReleasingCall);
+		// those on the call's own goroutine are covered by unsettle's
+		// listing.
+		run := obsRun{goid(), a}
+		c.addRun(run)
+		defer c.dropRun(run)
+	}
 	c.obs.Observe(e)
 }
 
@@ -263,20 +272,40 @@ type obsRun struct {
 	a   *call
 }
 
-// blockedOn counts the calls outside their function (Client.unsettled)
-// that goroutine gid holds up (see obsRun): a Close running there (from
-// an Observer) does not wait for them.
-func (c *Client) blockedOn(gid uint64) int64 {
+// blocked counts the calls outside their function (Client.unsettled)
+// that a goroutine running Close holds up (see obsRun, Client.closers): a
+// Close does not wait for them, since they cannot go on until an Observer
+// that called Close (this one, or another one waiting for this one)
+// returns.
+func (c *Client) blocked() int64 {
 	c.obsMu.Lock()
 	defer c.obsMu.Unlock()
 	var n int64
 	for i, r := range c.obsRuns {
-		if r.gid != gid || !r.a.counted.Load() || slices.ContainsFunc(c.obsRuns[:i], func(o obsRun) bool { return o.gid == gid && o.a == r.a }) {
+		if c.closers[r.gid] == 0 || !r.a.counted.Load() || slices.ContainsFunc(c.obsRuns[:i], func(o obsRun) bool { return o.a == r.a && c.closers[o.gid] > 0 }) {
 			continue
 		}
 		n++
 	}
 	return n
+}
+
+// closing lists goroutine gid as running Close until the returned func
+// is called.
+func (c *Client) closing(gid uint64) func() {
+	c.obsMu.Lock()
+	if c.closers == nil {
+		c.closers = map[uint64]int{}
+	}
+	c.closers[gid]++
+	c.obsMu.Unlock()
+	return func() {
+		c.obsMu.Lock()
+		if c.closers[gid]--; c.closers[gid] == 0 {
+			delete(c.closers, gid)
+		}
+		c.obsMu.Unlock()
+	}
 }
 
 // goid returns the current goroutine's id, read from the first line of

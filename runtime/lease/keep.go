@@ -371,10 +371,9 @@ func (c *Client) releaseAllKept(until time.Time) {
 	for _, l := range free {
 		c.hub.keeper(l.a.k.channel, -1)
 		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			c.releaseKept(l, until, nil)
-		}()
+		// Done once the release is answered, before its Observer runs
+		// (which may call Close: TestAdversary48_SecondCloseFromObserverStallsToBound).
+		go c.releaseKept(l, until, wg.Done)
 	}
 	// Within the bound: the releases themselves are, and an Observer slow
 	// with their report must not hold Close past it
