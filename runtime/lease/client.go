@@ -69,10 +69,10 @@ type Client struct {
 	running atomic.Int64
 	// unsettled counts the calls (Do, a Lead's term) outside their
 	// function: acquiring, waiting, deciding whether to keep, releasing.
-	// Close waits for them (see Close), except for those with an Observer
-	// callback under way on Close's own goroutine (obsRuns): a Close
+	// Close waits for them (see Close), except for those held up on a
+	// goroutine that runs Close (obsRuns, closers; see blocked): a Close
 	// called from an Observer does not wait for a call that cannot go on
-	// until the Observer returns, nor for one that waits for that report.
+	// until the Observer returns, nor for one that waits for its report.
 	unsettled atomic.Int64
 	obsMu     sync.Mutex
 	obsRuns   []obsRun
