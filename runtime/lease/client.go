@@ -75,7 +75,7 @@ type Client struct {
 	// until the Observer returns, nor for one that waits for its report.
 	unsettled atomic.Int64
 	obsMu     sync.Mutex
-	obsRuns   []obsRun
+	obsRuns   map[obsRun]int
 	closers   map[uint64]int // goroutines running Close (see blocked)
 
 	// granting are the calls granted a lease (an acquire's grant or a

@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"math"
 	"runtime"
-	"slices"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -221,9 +220,9 @@ func (a *call) grant() *grantPart {
 	return a.g
 }
 
-// observe reports e to the Client's Observer. While the callback runs, the
-// goroutine it runs on and the call are listed in Client.obsRuns (see
-// Close).
+// observe reports e to the Client's Observer. While the callback of a
+// loss's report runs, the goroutine it runs on and the call are listed in
+// Client.obsRuns (see Close).
 func (a *call) observe(e Event) {
 	c := a.c
 	if c.quiet {
@@ -250,14 +249,17 @@ func (a *call) observe(e Event) {
 
 func (c *Client) addRun(r obsRun) {
 	c.obsMu.Lock()
-	c.obsRuns = append(c.obsRuns, r)
+	if c.obsRuns == nil {
+		c.obsRuns = map[obsRun]int{}
+	}
+	c.obsRuns[r]++
 	c.obsMu.Unlock()
 }
 
 func (c *Client) dropRun(r obsRun) {
 	c.obsMu.Lock()
-	if i := slices.Index(c.obsRuns, r); i >= 0 {
-		c.obsRuns = slices.Delete(c.obsRuns, i, i+1)
+	if c.obsRuns[r]--; c.obsRuns[r] <= 0 {
+		delete(c.obsRuns, r)
 	}
 	c.obsMu.Unlock()
 }
@@ -280,14 +282,16 @@ type obsRun struct {
 func (c *Client) blocked() int64 {
 	c.obsMu.Lock()
 	defer c.obsMu.Unlock()
-	var n int64
-	for i, r := range c.obsRuns {
-		if c.closers[r.gid] == 0 || !r.a.counted.Load() || slices.ContainsFunc(c.obsRuns[:i], func(o obsRun) bool { return o.a == r.a && c.closers[o.gid] > 0 }) {
-			continue
+	var held map[*call]bool
+	for r := range c.obsRuns {
+		if c.closers[r.gid] > 0 && r.a.counted.Load() {
+			if held == nil {
+				held = map[*call]bool{}
+			}
+			held[r.a] = true
 		}
-		n++
 	}
-	return n
+	return int64(len(held))
 }
 
 // closing lists goroutine gid as running Close until the returned func
@@ -309,9 +313,10 @@ func (c *Client) closing(gid uint64) func() {
 }
 
 // goid returns the current goroutine's id, read from the first line of
-// its stack trace ("goroutine 123 [running]:"). Only Observer callbacks
-// and Close ask for it: a Close called from an Observer must tell its own
-// goroutine's calls from the others (Go has no goroutine-local state).
+// its stack trace ("goroutine 123 [running]:"). Asked only where an
+// Observer is set (once per call, by a loss's report, by Close): a Close
+// called from an Observer must tell the calls it holds up from the others
+// (Go has no goroutine-local state).
 func goid() uint64 {
 	var buf [64]byte
 	b := buf[:runtime.Stack(buf[:], false)]
