@@ -243,13 +243,7 @@ func TestAdversary44_CloseWithAcquireInFlightThenRedisClose(t *testing.T) {
 	ctx := context.Background()
 	for _, fenced := range []bool{false, true} {
 		key := fmt.Sprintf("adv44-close-inflight-%v", fenced)
-		p := leasetest.StartProxy(t, srv.Addr())
-		rdbQ := redis.NewClient(&redis.Options{Addr: p.Addr(), ContextTimeoutEnabled: true})
-		qc, err := lease.New(rdbQ)
-		if err != nil {
-			t.Fatal(err)
-		}
-		warm(t, qc, "warm44")
+		p, rdbQ, qc := proxiedClient(t, srv, "warm44")
 		p.SetDelay(100 * time.Millisecond)
 		var entered atomic.Bool
 		done := make(chan error, 1)
@@ -386,13 +380,7 @@ func TestAdversary44_CloseDuringFirstKeepCheckThenRedisClose(t *testing.T) {
 	xc, _ := adv23Client(t, srv.Addr())
 	ctx := context.Background()
 	key := "adv44-close-keepcheck"
-	p := leasetest.StartProxy(t, srv.Addr())
-	rdbQ := redis.NewClient(&redis.Options{Addr: p.Addr(), ContextTimeoutEnabled: true})
-	qc, err := lease.New(rdbQ)
-	if err != nil {
-		t.Fatal(err)
-	}
-	warm(t, qc, "warm44")
+	p, rdbQ, qc := proxiedClient(t, srv, "warm44")
 	returned := make(chan struct{})
 	done := make(chan error, 1)
 	go func() {
@@ -491,4 +479,21 @@ func TestCloseWaitsForAcquireWhileObserverBusyElsewhere(t *testing.T) {
 	if pttl := admin.PTTL(ctx, lockKey(keyA)).Val(); pttl > 0 {
 		t.Errorf("A (%v): its key is held for %v after Close and the go-redis client's Close, with an Observer busy on another goroutine; want it released before Close returned", aerr, pttl.Round(time.Millisecond))
 	}
+}
+
+// proxiedClient is a Client on a go-redis client of its own that reaches
+// srv through a fault proxy, warmed up on key warmKey: the rig of the
+// Close tests (rounds 44 to 48), which delay the proxy and close the
+// go-redis client themselves.
+func proxiedClient(t *testing.T, srv *leasetest.Server, warmKey string, opts ...lease.Option) (*leasetest.Proxy, *redis.Client, *lease.Client) {
+	t.Helper()
+	p := leasetest.StartProxy(t, srv.Addr())
+	rdb := redis.NewClient(&redis.Options{Addr: p.Addr(), ContextTimeoutEnabled: true})
+	t.Cleanup(func() { _ = rdb.Close() })
+	c, err := lease.New(rdb, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	warm(t, c, warmKey)
+	return p, rdb, c
 }

@@ -443,13 +443,7 @@ func TestAdversary45_SecondCloseDoesNotWait(t *testing.T) {
 	xc, _ := adv23Client(t, srv.Addr())
 	ctx := context.Background()
 	key := "adv45-close-twice"
-	p := leasetest.StartProxy(t, srv.Addr())
-	rdbQ := redis.NewClient(&redis.Options{Addr: p.Addr(), ContextTimeoutEnabled: true})
-	qc, err := lease.New(rdbQ)
-	if err != nil {
-		t.Fatal(err)
-	}
-	warm(t, qc, "warm45")
+	p, rdbQ, qc := proxiedClient(t, srv, "warm45")
 	p.SetDelay(100 * time.Millisecond)
 	var entered atomic.Bool
 	done := make(chan error, 1)
