@@ -296,22 +296,11 @@ func TestAdversary44_CloseWithAcquireInFlightThenRedisClose(t *testing.T) {
 func TestAdversary44_ListGlobOverEscapedBytes(t *testing.T) {
 	prefix := fmt.Sprintf("adv44list-%d:", time.Now().UnixNano())
 	c, _ := sharedClient(t, lease.WithPrefix(prefix))
-	ctx := context.Background()
 	keys := []string{"a%b", "a{b", "a}b", "axb", "%x", "2x", "{y", "7y"}
 	release := make(chan struct{})
-	var holding []chan error
+	var holding []<-chan error
 	for _, k := range keys {
-		entered := make(chan struct{})
-		done := make(chan error, 1)
-		go func() {
-			done <- c.Do(ctx, k, spec(20*time.Second, 30*time.Second), func(context.Context) error {
-				close(entered)
-				<-release
-				return nil
-			})
-		}()
-		<-entered
-		holding = append(holding, done)
+		holding = append(holding, hold(t, c, k, spec(20*time.Second, 30*time.Second), release))
 	}
 	defer func() {
 		close(release)
@@ -319,25 +308,7 @@ func TestAdversary44_ListGlobOverEscapedBytes(t *testing.T) {
 			<-d
 		}
 	}()
-	list := func(pattern string) []string {
-		var out []string
-		cursor := ""
-		for {
-			page, next, err := c.List(ctx, pattern, cursor)
-			if err != nil {
-				t.Fatalf("List(%q): %v", pattern, err)
-			}
-			for _, in := range page {
-				out = append(out, in.Key)
-			}
-			if next == "" {
-				break
-			}
-			cursor = next
-		}
-		slices.Sort(out)
-		return out
-	}
+	list := func(pattern string) []string { return adv45List(t, c, pattern) }
 	for _, tc := range []struct {
 		pattern string
 		want    []string

@@ -151,7 +151,7 @@ func WithReleaseTimeout(d time.Duration) Option {
 		// tombstone lives 4 release timeouts; a leader's term reserves one
 		// from its unbounded budget) cannot wrap
 		// (TestAdversary45_HugeReleaseTimeoutNeverLeads).
-		c.releaseTimeout = min(d, maxRecheck)
+		c.releaseTimeout = min(d, maxIntervalOption)
 		return nil
 	}
 }
@@ -168,14 +168,14 @@ func WithRecheck(d time.Duration) Option {
 		// Longer is as good as never: capped, so that the sums made of it
 		// (a queue place lasts two re-checks and a little more) cannot wrap
 		// (TestAdversary44_HugeRecheckKeepsQueuePlace).
-		c.recheck = min(d, maxRecheck)
+		c.recheck = min(d, maxIntervalOption)
 		return nil
 	}
 }
 
-// maxRecheck is the longest re-check interval and release timeout (about
+// maxIntervalOption is the longest re-check interval and release timeout (about
 // 36 years): the longest WithRecheck and WithReleaseTimeout take.
-const maxRecheck = time.Duration(1 << 60)
+const maxIntervalOption = time.Duration(1 << 60)
 
 // WithCounterTTL sets how long a fence counter outlives its last grant
 // (default 24h). Tokens keep increasing after it expires thanks to the
