@@ -263,16 +263,13 @@ func TestAdversary10_DepartedWaiterForgottenBeforeItsEntryExpires(t *testing.T) 
 			if err := <-held; err != nil {
 				t.Fatalf("holder: %v", err)
 			}
-			var lag time.Duration
-			select {
-			case at := <-nextIn:
-				lag = at.Sub(released)
-			case err := <-nextDone:
-				t.Fatalf("next waiter: %v", err)
-			}
+			// Do returns after fn sent its entry time: wait for the
+			// return, then read the time (a select on both could take
+			// the return first when both are ready).
 			if err := <-nextDone; err != nil {
 				t.Fatalf("next waiter: %v", err)
 			}
+			lag := (<-nextIn).Sub(released)
 			t.Logf("handover %v after the waiter left; the next waiter (another process) entered %v after the release", after, lag.Round(time.Millisecond))
 			if lag > time.Second {
 				t.Errorf("the key was handed to a waiter that had left %v before, for its full TTL, and nobody released it: the next waiter waited %v", after, lag.Round(time.Millisecond))
