@@ -237,12 +237,22 @@ func (c *Client) forcedManyFromOutside(ks []keys, ids []string) []bool {
 
 // giveUp takes a call that stops waiting out of the key's queue, and passes
 // on a grant a release may have handed it meanwhile. Best effort, bounded
-// by the release reserve: an entry left behind expires within a re-check.
+// by the release reserve: an entry left behind expires within a re-check,
+// and a grant handed to it meanwhile is released by the Client when its
+// message comes (waitHub.leave). Once the Client is closing, nothing
+// releases that grant later, and Close waits for this call until its own
+// bound (the release timeout from its start), after which the service may
+// close the go-redis client: the giving up has until that bound.
 func (a *call) giveUp(ctx context.Context) {
 	if a.member == "" {
 		return
 	}
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), min(a.reserve, 50*time.Millisecond))
+	d := min(a.reserve, 50*time.Millisecond)
+	if a.c.closed.Load() {
+		// closeUntil is written before closed is set, and never again.
+		d = max(d, time.Until(a.c.closeUntil))
+	}
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), d)
 	defer cancel()
 	_, _ = a.sendRelease(rctx, 0)
 }
