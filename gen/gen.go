@@ -556,6 +556,7 @@ type errList struct {
 	list  scanner.ErrorList
 	raw   []Problem // the same problems with their token.Pos, for analyzers
 	warns scanner.ErrorList
+	seen  map[Problem]bool // a problem found twice (defaults inherited by many directives) is reported once
 }
 
 // warn records a warning; its message gets the "warning: " prefix
@@ -565,6 +566,16 @@ func (l *errList) warn(pos token.Pos, msg string) {
 }
 
 func (l *errList) add(pos token.Pos, msg string) {
+	if pos.IsValid() {
+		if l.seen == nil {
+			l.seen = map[Problem]bool{}
+		}
+		p := Problem{Pos: pos, Msg: msg}
+		if l.seen[p] {
+			return
+		}
+		l.seen[p] = true
+	}
 	l.list = append(l.list, &scanner.Error{Pos: l.position(pos), Msg: msg})
 	l.raw = append(l.raw, Problem{Pos: pos, Msg: msg})
 }

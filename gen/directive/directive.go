@@ -99,6 +99,10 @@ type Directive struct {
 	// Invalid is set when an option failed to parse; Check then adds no
 	// errors of its own (they would only repeat the first).
 	Invalid bool
+
+	// defaults is the //lease:defaults directive Merge took options from
+	// (nil: none), so that Check can tell them from the directive's own.
+	defaults *Directive
 }
 
 // Error is a positioned problem with a directive.
@@ -432,7 +436,53 @@ func (d *Directive) Merge(def *Directive) *Directive {
 		pickW(&out.Fence, def.Fence)
 	}
 	out.Invalid = d.Invalid || def.Invalid
+	out.defaults = def
 	return &out
+}
+
+// inherited reports whether x, one of the durations of a directive Merge
+// made, is the //lease:defaults' (same position), not the directive's own.
+func (d *Directive) inherited(x Duration) bool {
+	def := d.defaults
+	if def == nil || !x.Set() {
+		return false
+	}
+	for _, y := range []Duration{def.TTL, def.Deadline, def.Wait, def.MinValidity, def.HoldMin, def.Keep} {
+		if y.Pos == x.Pos {
+			return true
+		}
+	}
+	return false
+}
+
+// conflict is the error for two durations that do not fit together, as
+// "<x's text> <rel> <y's text>": at the directive's own option of
+// the two, x's first (an option inherited from //lease:defaults is named
+// so in the text); when both are inherited, at x in the defaults, where
+// the same text for every directive that inherits both is one error
+// (the generator drops repeats). A duration with no position (ttl's
+// default) is never where the error goes while the other has one.
+func (d *Directive) conflict(xName string, x Duration, rel, yName string, y Duration) Error {
+	text := func(name string, v Duration) string {
+		s := fmt.Sprintf("%s %v", name, v.V)
+		if d.inherited(v) {
+			s += " (from //lease:defaults)"
+		}
+		return s
+	}
+	pos := x.Pos
+	switch {
+	case x.Set() && !d.inherited(x):
+	case y.Set() && !d.inherited(y):
+		pos = y.Pos
+	case !x.Set():
+		pos = y.Pos
+	}
+	if d.inherited(x) && d.inherited(y) {
+		// The defaults conflict with themselves: said once, at them.
+		return errorf(pos, "%s %v %s %s %v in //lease:defaults", xName, x.V, rel, yName, y.V)
+	}
+	return errorf(pos, "%s %s %s", text(xName, x), rel, text(yName, y))
 }
 
 // DefaultTTL is the lease length when neither the directive nor the
@@ -458,7 +508,7 @@ func (d *Directive) Check() []Error {
 		if !d.MinValidity.Set() {
 			d.MinValidity.V = d.TTL.V / 2
 		} else if d.MinValidity.V >= d.TTL.V {
-			errs = append(errs, errorf(d.MinValidity.Pos, "min-validity %v must be less than ttl %v", d.MinValidity.V, d.TTL.V))
+			errs = append(errs, d.conflict("min-validity", d.MinValidity, "must be less than", "ttl", d.TTL))
 		}
 		return errs
 	}
@@ -467,15 +517,15 @@ func (d *Directive) Check() []Error {
 	} else if d.Deadline.V <= 0 {
 		errs = append(errs, errorf(d.Deadline.Pos, "deadline must be positive"))
 	} else if d.Wait.V > 0 && d.Wait.V >= d.Deadline.V {
-		errs = append(errs, errorf(d.Wait.Pos, "wait %v must be less than deadline %v", d.Wait.V, d.Deadline.V))
+		errs = append(errs, d.conflict("wait", d.Wait, "must be less than", "deadline", d.Deadline))
 	}
 	if !d.MinValidity.Set() {
 		d.MinValidity.V = d.TTL.V / 2
 	} else if d.MinValidity.V >= d.TTL.V {
-		errs = append(errs, errorf(d.MinValidity.Pos, "min-validity %v must be less than ttl %v", d.MinValidity.V, d.TTL.V))
+		errs = append(errs, d.conflict("min-validity", d.MinValidity, "must be less than", "ttl", d.TTL))
 	}
 	if d.HoldMin.Set() && d.Deadline.Set() && d.HoldMin.V > d.Deadline.V {
-		errs = append(errs, errorf(d.HoldMin.Pos, "hold-min %v must not exceed deadline %v", d.HoldMin.V, d.Deadline.V))
+		errs = append(errs, d.conflict("hold-min", d.HoldMin, "must not exceed", "deadline", d.Deadline))
 	}
 	return errs
 }
