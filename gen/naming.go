@@ -333,7 +333,13 @@ func (g *pkgGen) newNamer(q *qual, shadowed map[string]bool, typeTexts ...[]stri
 		for _, texts := range typeTexts {
 			for _, text := range texts {
 				for _, id := range identRE.FindAllString(text, -1) {
-					if !shadowed[id] && g.pkg.Types.Scope().Lookup(id) != nil {
+					if shadowed[id] {
+						continue
+					}
+					// Not leasegen's own output: the analyzer sees the
+					// package with it, leasegen (-tags leasegen) without,
+					// and both must render the same file.
+					if obj := g.pkg.Types.Scope().Lookup(id); obj != nil && !g.generated[g.fset.Position(obj.Pos()).Filename] {
 						n.reserve(id)
 					}
 				}
