@@ -42,9 +42,15 @@ type pkgGen struct {
 	// the external p_test), parsed by leasegen: go test compiles them
 	// with the wrappers (see testClash).
 	internalTests []*ast.File
-	// testNames are the package-level names the internal test files
-	// declare: the generated file must not import a package under one.
-	testNames map[string]bool
+	// others are the package's files that leasegen's build leaves out
+	// (another GOOS or GOARCH, a build tag), parsed by leasegen: the
+	// output has no build constraint, so the build that takes them
+	// compiles them with the wrappers (see testClash).
+	others []*ast.File
+	// unseenNames are the package-level names those two kinds of files
+	// declare, which leasegen does not type-check: the generated file
+	// must not import a package under one.
+	unseenNames map[string]token.Pos
 }
 
 func newPkgGen(p *packages.Package, fset *token.FileSet, el *errList) *pkgGen {
@@ -75,24 +81,30 @@ func (g *pkgGen) files() []*ast.File {
 	return fs
 }
 
-// testDeclNames returns the package-level names that files declare.
-func testDeclNames(files []*ast.File) map[string]bool {
-	names := map[string]bool{}
+// declNames returns the package-level names that files declare, each with
+// the position of its first declaration.
+func declNames(files []*ast.File) map[string]token.Pos {
+	names := map[string]token.Pos{}
+	add := func(id *ast.Ident) {
+		if _, ok := names[id.Name]; !ok {
+			names[id.Name] = id.Pos()
+		}
+	}
 	for _, f := range files {
 		for _, decl := range f.Decls {
 			switch decl := decl.(type) {
 			case *ast.FuncDecl:
 				if decl.Recv == nil {
-					names[decl.Name.Name] = true
+					add(decl.Name)
 				}
 			case *ast.GenDecl:
 				for _, spec := range decl.Specs {
 					switch spec := spec.(type) {
 					case *ast.TypeSpec:
-						names[spec.Name.Name] = true
+						add(spec.Name)
 					case *ast.ValueSpec:
 						for _, id := range spec.Names {
-							names[id.Name] = true
+							add(id)
 						}
 					}
 				}

@@ -51,13 +51,14 @@ func CheckPackage(fset *token.FileSet, files []*ast.File, pkg *types.Package, in
 	wd, _ := os.Getwd() // positions in messages, as the driver prints its own
 	el := &errList{dir: wd, fset: fset}
 	g := newPkgGen(p, fset, el)
-	// The internal test files' names, as leasegen reads them from the
-	// directory: the rendering must not depend on whether files holds
-	// them (a package's test variant) or not.
+	// The names of the internal test files and of the files leasegen's
+	// build leaves out, as leasegen reads them from the directory: the
+	// rendering must not depend on whether files holds them (a package's
+	// test variant, a build with other tags) or not.
 	for _, f := range files {
 		if name := fset.Position(f.Pos()).Filename; !isTestFile(name) && !g.generated[name] {
-			_, internal := parseTests(token.NewFileSet(), filepath.Dir(name), pkg.Name())
-			g.testNames = testDeclNames(internal)
+			_, internal := parseTests(fset, filepath.Dir(name), pkg.Name())
+			g.unseenNames = declNames(append(internal, parseOthers(fset, filepath.Dir(name), pkg.Name())...))
 			break
 		}
 	}
@@ -65,7 +66,7 @@ func CheckPackage(fset *token.FileSet, files []*ast.File, pkg *types.Package, in
 	if len(m.Wrappers) > 0 || len(m.Decorators) > 0 {
 		g.refuseCgo()
 	}
-	c := &Checked{Problems: el.raw, Protected: g.protected}
+	c := &Checked{Protected: g.protected}
 	for _, f := range files {
 		if isGeneratedFile(f) {
 			c.Generated = append(c.Generated, f)
@@ -73,10 +74,11 @@ func CheckPackage(fset *token.FileSet, files []*ast.File, pkg *types.Package, in
 	}
 	if len(el.raw) == 0 && (len(m.Wrappers) > 0 || len(m.Decorators) > 0) {
 		out, err := templates.Render(m)
-		if err == nil {
+		if err == nil && !g.shadowedPredeclared(out) {
 			c.Output = out
 		}
 	}
+	c.Problems = el.raw
 	return c
 }
 

@@ -142,7 +142,8 @@ func Generate(cfg Config) ([]File, error) {
 		}
 		g := newPkgGen(p, fset, el)
 		g.tests, g.internalTests = parseTests(fset, filepath.Dir(firstFile(p)), p.Name)
-		g.testNames = testDeclNames(g.internalTests)
+		g.others = parseOthers(fset, filepath.Dir(firstFile(p)), p.Name)
+		g.unseenNames = declNames(append(slices.Clip(g.internalTests), g.others...))
 		m := g.build()
 		own[p.PkgPath] = map[string]bool{}
 		for n := range g.names {
@@ -171,6 +172,9 @@ func Generate(cfg Config) ([]File, error) {
 		data, err := templates.Render(m)
 		if err != nil {
 			return nil, fmt.Errorf("leasegen: %s: render: %w", p.PkgPath, err)
+		}
+		if g.shadowedPredeclared(data) {
+			continue
 		}
 		files = append(files, File{Path: out, Data: data})
 	}
@@ -363,13 +367,12 @@ func wrapperNames(f *ast.File) []string {
 // parseTests parses the _test.go files in dir: those that mention
 // "lease:" in any case (the rest cannot hold a directive), for their
 // comments, returned in tests; and the internal ones (package pkgName, not
-// pkgName_test) that go test builds, returned in internal, for their
-// top-level declarations and imports, which share the package block with
-// the wrappers (see testClash). Files that do not parse are skipped:
-// compiling tests is go test's job.
+// pkgName_test) that go test builds, for this platform or another,
+// returned in internal, for their top-level declarations and imports,
+// which share the package block with the wrappers (see testClash). Files
+// that do not parse are skipped: compiling tests is go test's job.
 func parseTests(fset *token.FileSet, dir, pkgName string) (tests, internal []*ast.File) {
 	names, _ := filepath.Glob(filepath.Join(dir, "*_test.go"))
-	ctx := buildContext(false)
 	for _, name := range names {
 		src, err := os.ReadFile(name)
 		if err != nil {
@@ -378,8 +381,7 @@ func parseTests(fset *token.FileSet, dir, pkgName string) (tests, internal []*as
 		directives := bytes.Contains(bytes.ToLower(src), []byte("lease:"))
 		isInternal := false
 		if f, _ := parser.ParseFile(token.NewFileSet(), name, src, parser.PackageClauseOnly); f != nil && f.Name.Name == pkgName {
-			ok, err := ctx.MatchFile(dir, filepath.Base(name))
-			isInternal = err == nil && ok
+			isInternal = true
 		}
 		if !directives && !isInternal {
 			continue
@@ -396,6 +398,39 @@ func parseTests(fset *token.FileSet, dir, pkgName string) (tests, internal []*as
 		}
 	}
 	return tests, internal
+}
+
+// parseOthers parses the package's non-test files in dir that leasegen's
+// build (-tags leasegen, this GOOS and GOARCH) leaves out: files for
+// another platform, or for build tags. The generated file has no build
+// constraint, so the build that takes such a file compiles it with the
+// wrappers, and a clash with its declarations or imports breaks that
+// build only (see testClash). Files of another package (a //go:build
+// ignore program), leasegen's own outputs and files that do not parse
+// are skipped.
+func parseOthers(fset *token.FileSet, dir, pkgName string) []*ast.File {
+	names, _ := filepath.Glob(filepath.Join(dir, "*.go"))
+	ctx := buildContext(true)
+	var out []*ast.File
+	for _, name := range names {
+		if isTestFile(name) {
+			continue
+		}
+		if ok, err := ctx.MatchFile(dir, filepath.Base(name)); err != nil || ok {
+			continue
+		}
+		src, err := os.ReadFile(name)
+		if err != nil || bytes.HasPrefix(src, []byte("// "+templates.Header)) {
+			continue
+		}
+		if f, _ := parser.ParseFile(token.NewFileSet(), name, src, parser.PackageClauseOnly); f == nil || f.Name.Name != pkgName {
+			continue
+		}
+		if f, _ := parser.ParseFile(fset, name, src, parser.SkipObjectResolution); f != nil {
+			out = append(out, f)
+		}
+	}
+	return out
 }
 
 // CompileError is Generate's error when the packages do not compile, or

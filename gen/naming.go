@@ -3,9 +3,11 @@ package gen
 import (
 	"fmt"
 	"go/ast"
+	"go/scanner"
 	"go/token"
 	"go/types"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"unicode"
@@ -129,16 +131,24 @@ func (g *pkgGen) declare(pos token.Pos, name string, recv *types.Named) bool {
 
 // testClash reports a clash of a wrapper name with an internal test file
 // of the package (package p, not p_test), which go test compiles with the
-// wrappers but leasegen does not type-check: a package-level declaration,
+// wrappers but leasegen does not type-check, or with a file of the
+// package that leasegen's build leaves out (g.others): a package-level declaration,
 // an import name or a name a dot import declares (recv nil), or a method
 // of recv declared there. It returns the message, or "". A dot import of a
 // package the package's other files do not import is not resolved.
 func (g *pkgGen) testClash(name string, recv *types.Named) string {
-	const tail = " (a test file of the package: go test compiles it with the wrappers); choose another with name="
+	const (
+		testTail  = " (a test file of the package: go test compiles it with the wrappers); choose another with name="
+		otherTail = " (a file of the package that this build leaves out, for another platform or build tag: the build that takes it compiles it with the wrappers); choose another with name="
+	)
+	tail := testTail
 	declared := func(id *ast.Ident) string {
 		return fmt.Sprintf("wrapper name %s is already declared at %s", name, g.errs.where(id.Pos())) + tail
 	}
-	for _, f := range g.internalTests {
+	for i, f := range append(slices.Clip(g.internalTests), g.others...) {
+		if i == len(g.internalTests) {
+			tail = otherTail
+		}
 		for _, decl := range f.Decls {
 			switch decl := decl.(type) {
 			case *ast.FuncDecl:
@@ -350,3 +360,46 @@ func (g *pkgGen) newNamer(q *qual, shadowed map[string]bool, typeTexts ...[]stri
 }
 
 var identRE = regexp.MustCompile(`[\pL_][\pL\pN_]*`)
+
+// shadowedPredeclared reports, at its declaration, every package-level
+// name that shadows a predeclared identifier the output uses (int64 in a
+// key's conversion, nil, len, true, error, ...): in the package block, the
+// output's use would be the package's declaration, and the package would
+// not build, or would mean something else. Declarations of the files
+// leasegen type-checks count, and those of the files it only parses
+// (internal tests, other platforms). It returns whether it found any.
+func (g *pkgGen) shadowedPredeclared(out []byte) bool {
+	var s scanner.Scanner
+	s.Init(token.NewFileSet().AddFile("", -1, len(out)), out, nil, 0)
+	used := map[string]bool{}
+	prev := token.ILLEGAL
+	for {
+		_, tok, lit := s.Scan()
+		if tok == token.EOF {
+			break
+		}
+		if tok == token.IDENT && prev != token.PERIOD && types.Universe.Lookup(lit) != nil {
+			used[lit] = true
+		}
+		prev = tok
+	}
+	names := make([]string, 0, len(used))
+	for name := range used {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	found := false
+	for _, name := range names {
+		pos := token.NoPos
+		if obj := g.pkg.Types.Scope().Lookup(name); obj != nil && !g.generated[g.fset.Position(obj.Pos()).Filename] {
+			pos = obj.Pos()
+		} else if p, ok := g.unseenNames[name]; ok {
+			pos = p
+		}
+		if pos.IsValid() {
+			g.errorf(pos, "package-level %s shadows the predeclared %s, which the generated wrappers use; rename it", name, name)
+			found = true
+		}
+	}
+	return found
+}

@@ -30,8 +30,8 @@ func (g *pkgGen) importName(path, name string) string {
 		if _, ok := g.names[s]; ok {
 			return true // a package-level wrapper of this run
 		}
-		if g.testNames[s] {
-			return true // declared by an internal test file, compiled with the output by go test
+		if _, ok := g.unseenNames[s]; ok {
+			return true // declared by an internal test file or a file of another platform, compiled with the output there
 		}
 		return g.pkg.Types != nil && g.pkg.Types.Scope().Lookup(s) != nil
 	}
