@@ -154,3 +154,89 @@ func TestAdversary49_AwakeWaiterGivesUpWithinClosesBound(t *testing.T) {
 		t.Errorf("Close returned and Q's go-redis client was closed; 1.5s later the key is still held by %q for %v more, and the other Client's waiter waits", info.Holder, info.TTL.Round(time.Second))
 	}
 }
+
+// The giving up of a waiter awake at Close has until Close's bound, but
+// not past the call's own deadline: Do returns by its deadline (plus a
+// few milliseconds) however long the Client's release timeout (5s here)
+// and however slow the command (a hook that holds it until its context
+// ends).
+func TestAdversary49_AwakeWaiterGivingUpKeepsItsDeadline(t *testing.T) {
+	srv := leasetest.StartRedis(t)
+	hc, _ := adv23Client(t, srv.Addr())
+	ctx := context.Background()
+	key := "adv49-deadline"
+	rdbQ := redis.NewClient(&redis.Options{Addr: srv.Addr(), ContextTimeoutEnabled: true})
+	defer rdbQ.Close()
+	var holdAcq, slowRel atomic.Bool
+	acqRan, acqGo := make(chan struct{}), make(chan struct{})
+	rdbQ.AddHook(adv49CtxHook{
+		before: func(ctx context.Context, args []any) {
+			if adv10Script(args, "6") && slowRel.CompareAndSwap(true, false) {
+				<-ctx.Done() // a command held until its context ends
+			}
+		},
+		after: func(args []any) {
+			if adv10Script(args, "4") && holdAcq.CompareAndSwap(true, false) {
+				close(acqRan)
+				<-acqGo
+			}
+		},
+	})
+	qc, err := lease.New(rdbQ, lease.WithRecheck(100*time.Millisecond), lease.WithReleaseTimeout(5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	warm(t, qc, "warm")
+	release := make(chan struct{})
+	held := hold(t, hc, key, spec(20*time.Second, 30*time.Second), release)
+	defer func() { close(release); <-held }()
+	const deadline = 1500 * time.Millisecond
+	start := time.Now()
+	wdone := make(chan error, 1)
+	go func() {
+		wdone <- qc.Do(ctx, key, lease.Spec{TTL: 20 * time.Second, MinValidity: 100 * time.Millisecond, Deadline: deadline, Wait: time.Second}, func(context.Context) error {
+			t.Error("entered")
+			return nil
+		})
+	}()
+	adv2WaitQueued(t, hc, key, 1)
+	holdAcq.Store(true)
+	select {
+	case <-acqRan:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the waiter never re-checked")
+	}
+	slowRel.Store(true)
+	go qc.Close()
+	time.Sleep(20 * time.Millisecond)
+	close(acqGo)
+	werr := <-wdone
+	took := time.Since(start)
+	t.Logf("Do returned %v after %v (deadline %v; release timeout 5s)", werr, took.Round(time.Millisecond), deadline)
+	if !errors.Is(werr, lease.ErrClosed) {
+		t.Errorf("Do = %v, want ErrClosed", werr)
+	}
+	if took > deadline+150*time.Millisecond {
+		t.Errorf("Do returned %v after its start, past its deadline %v: the giving up waited for Close's bound", took.Round(time.Millisecond), deadline)
+	}
+}
+
+// adv49CtxHook runs before (with the command's context) and after every
+// command a go-redis client sends.
+type adv49CtxHook struct {
+	before func(ctx context.Context, args []any)
+	after  func(args []any)
+}
+
+func (adv49CtxHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h adv49CtxHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		h.before(ctx, cmd.Args())
+		err := next(ctx, cmd)
+		h.after(cmd.Args())
+		return err
+	}
+}
+func (adv49CtxHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}

@@ -242,7 +242,8 @@ func (c *Client) forcedManyFromOutside(ks []keys, ids []string) []bool {
 // message comes (waitHub.leave). Once the Client is closing, nothing
 // releases that grant later, and Close waits for this call until its own
 // bound (the release timeout from its start), after which the service may
-// close the go-redis client: the giving up has until that bound.
+// close the go-redis client: the giving up has until that bound, or the
+// call's own deadline if that comes first (Do returns by its deadline).
 func (a *call) giveUp(ctx context.Context) {
 	if a.member == "" {
 		return
@@ -250,7 +251,7 @@ func (a *call) giveUp(ctx context.Context) {
 	d := min(a.reserve, 50*time.Millisecond)
 	if a.c.closed.Load() {
 		// closeUntil is written before closed is set, and never again.
-		d = max(d, time.Until(a.c.closeUntil))
+		d = max(d, min(time.Until(a.c.closeUntil), time.Until(a.end)))
 	}
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), d)
 	defer cancel()
