@@ -330,6 +330,7 @@ func (c *Cluster) slotsOf(ctx context.Context, m *Server) ([]slotRange, error) {
 // running node's view.
 func (c *Cluster) check(ctx context.Context) (map[*Server]*clusterView, error) {
 	views := map[*Server]*clusterView{}
+	replicasOf := map[*Server][]*Server{}
 	var first *Server
 	for _, s := range c.Nodes {
 		if !s.running() {
@@ -371,11 +372,26 @@ func (c *Cluster) check(ctx context.Context) (map[*Server]*clusterView, error) {
 			if repl["master_link_status"] != "up" {
 				return nil, fmt.Errorf("replica %s: link to %s is %s", s.Addr(), c.name(me.master), repl["master_link_status"])
 			}
+			if m := c.byID(me.master); m != nil && m.running() {
+				replicasOf[m] = append(replicasOf[m], s)
+			}
 		}
 		views[s] = v
 	}
 	if first == nil {
 		return nil, errors.New("no node is running")
+	}
+	// A replica whose link is up may still be in wait_bgsave on its
+	// master's side, and a master streams nothing to it until its first
+	// REPLCONF ACK: WAIT would not count it yet (a lease Client with
+	// WithReplicas refuses its grants). Healthy means counted.
+	for m, rs := range replicasOf {
+		if err := m.online(ctx, rs); err != nil {
+			return nil, err
+		}
+		if err := m.acknowledged(ctx, len(rs)); err != nil {
+			return nil, err
+		}
 	}
 	return views, nil
 }
