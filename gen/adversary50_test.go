@@ -1,0 +1,266 @@
+package gen_test
+
+// Adversary round 50 (generator): attacks on ba1803b, bc9d83b and 024bfd1
+// (defaults conflicts at the directive, the namer skipping leasegen's own
+// output, files the build leaves out read for clashes, package-level
+// shadows of predeclared identifiers). Each test uses round 46's harness
+// (adv46Module, adv46Write, adv46Generate, adv46GenerateBuilds).
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// adv50Leasecheck runs leasecheck (go run .../cmd/leasecheck) on ./pkg in
+// mod with env added, and returns its output and error.
+func adv50Leasecheck(t *testing.T, mod, pkg string, env ...string) (string, error) {
+	t.Helper()
+	cmd := exec.Command("go", "run", "github.com/leasegen/leasegen/cmd/leasecheck", "./"+pkg)
+	cmd.Dir = mod
+	cmd.Env = append(os.Environ(), env...)
+	out, err := cmd.CombinedOutput()
+	return string(out), err
+}
+
+// adv50Build runs go build on ./pkg in mod with env added.
+func adv50Build(t *testing.T, mod, pkg string, env ...string) (string, error) {
+	t.Helper()
+	cmd := exec.Command("go", "build", "-o", os.DevNull, "./"+pkg)
+	cmd.Dir = mod
+	cmd.Env = append(os.Environ(), env...)
+	out, err := cmd.CombinedOutput()
+	return string(out), err
+}
+
+func adv50GenFile(mod, pkg string) string {
+	b, _ := os.ReadFile(filepath.Join(mod, pkg, "lease_gen.go"))
+	return string(b)
+}
+
+// Finding 1. parseOthers (gen/gen.go) parses every *.go file of the
+// directory that build.Context.MatchFile rejects, and MatchFile rejects
+// files whose names begin with "_" or "." (go build, go vet and go test
+// ignore them on every platform, with every tag): an editor backup or a
+// parked draft (_old.go, .#p.go) is never compiled with the wrappers. Its
+// declarations are nonetheless taken as clashes: a wrapper Charge next to
+// a _old.go that declares Charge is refused ("wrapper name Charge is
+// already declared at _old.go:3:6 (a file of the package that this build
+// leaves out ...)"), and a package-level `var true` there makes leasegen
+// refuse the package (shadowedPredeclared). parseTests has the same hole
+// for _x_test.go. Expected: no error; the package generates and builds.
+//
+// Breaks the promise "no false errors on valid code" (README "Generator":
+// the files read for clashes are those "the build that takes them
+// compiles"; no build takes these).
+func TestAdversary50_IgnoredFileNamesFalseClash(t *testing.T) {
+	mod := adv46Module(t)
+	adv46Write(t, mod, map[string]string{
+		"undclash/p.go": `package undclash
+
+import "context"
+
+//lease:lock k:{id} deadline=5s fence
+func charge(ctx context.Context, id string) error { return nil }
+`,
+		// A parked draft: go build never compiles it.
+		"undclash/_old.go": `package undclash
+
+func Charge() {}
+
+const true = false
+`,
+		"undtest/p.go": `package undtest
+
+import "context"
+
+//lease:lock k:{id} deadline=5s
+func charge(ctx context.Context, id string) error { return nil }
+`,
+		// Ignored by go test too (leading underscore).
+		"undtest/_scratch_test.go": `package undtest
+
+func Charge() {}
+`,
+	})
+	for _, pkg := range []string{"undclash", "undtest"} {
+		t.Run(pkg, func(t *testing.T) {
+			if errs := adv46Generate(t, filepath.Join(mod, pkg)); errs != nil {
+				t.Fatalf("false errors (the file is never compiled):\n%s", strings.Join(errs, "\n"))
+			}
+			if out, err := adv50Build(t, mod, pkg); err != nil {
+				t.Fatalf("go build: %v\n%s", err, out)
+			}
+		})
+	}
+}
+
+// Finding 2. shadowedPredeclared (gen/naming.go) scans the rendered output
+// for any identifier named like a universe object that does not follow a
+// period, and reports it when the package declares that name at package
+// level. But the output repeats the target's parameter and result types,
+// in which such identifiers are (a) the package's own declarations, with
+// the same meaning in the wrapper as in the target (type any =
+// interface{}, common in code that predates Go 1.18), or (b) struct field
+// names or method names (struct{ len int }, interface{ min() int }), which
+// shadow nothing. (A func type's parameter names are dropped by the
+// rendering, so func(min, max int) int held.) The generated code would
+// compile in both cases; leasegen refuses the package ("package-level any
+// shadows the predeclared any, which the generated wrappers use; rename
+// it"), and leasecheck, for the same reason, has no output to compare.
+//
+// Breaks "no false errors on valid code" (README "Generator": the error is
+// for a predeclared identifier "the output uses"; these are uses of the
+// package's own names, or no uses at all).
+func TestAdversary50_PredeclaredFalsePositives(t *testing.T) {
+	mod := adv46Module(t)
+	adv46Write(t, mod, map[string]string{
+		// (a) the package's alias any, used by the target's signature.
+		"shany/p.go": `package shany
+
+import "context"
+
+// any is interface{}, for code that still builds with old toolchains.
+type any = interface{}
+
+//lease:lock k:{id} deadline=5s
+func put(ctx context.Context, id string, v any) error { return nil }
+`,
+		// (a') a generic target constrained by the package's any.
+		"shanygen/p.go": `package shanygen
+
+import "context"
+
+type any = interface{}
+
+//lease:lock k:{id} deadline=5s
+func put[T any](ctx context.Context, id string, v T) error { return nil }
+`,
+		// (b) the pre-Go 1.21 helpers min and max, and a parameter of an
+		// interface type with methods min and max.
+		"shminmax/p.go": `package shminmax
+
+import "context"
+
+func min(a, b int) int {
+	if a < b {
+		return a
+	}
+	return b
+}
+
+func max(a, b int) int {
+	if a > b {
+		return a
+	}
+	return b
+}
+
+var _ = min(1, max(2, 3))
+
+//lease:lock k:{id} deadline=5s
+func clamp(ctx context.Context, id string, r interface{ min() int; max() int }) error { return nil }
+`,
+		// (b') a struct field named len next to a package-level len.
+		"shfield/p.go": `package shfield
+
+import "context"
+
+// len is the package's default length.
+var len = 3
+
+//lease:lock k:{id} deadline=5s
+func put(ctx context.Context, id string, opt struct{ len int }) error { return nil }
+`,
+	})
+	for _, pkg := range []string{"shany", "shanygen", "shminmax", "shfield"} {
+		t.Run(pkg, func(t *testing.T) {
+			dir := filepath.Join(mod, pkg)
+			if errs := adv46Generate(t, dir); errs != nil {
+				t.Fatalf("false errors (the output would build):\n%s", strings.Join(errs, "\n"))
+			}
+			if out, err := adv50Build(t, mod, pkg); err != nil {
+				t.Fatalf("go build: %v\n%s\n--- lease_gen.go\n%s", err, out, adv50GenFile(mod, pkg))
+			}
+		})
+	}
+}
+
+// Finding 3. bc9d83b made newNamer skip, among the package-level names of
+// a type text, those declared by leasegen's own output, because leasecheck
+// sees a different package scope than leasegen. The same difference
+// remains for every other file that one of them type-checks and the other
+// does not:
+//
+//   - internal test files (package p): go vet and leasecheck analyze the
+//     package's test variant, whose scope holds their declarations;
+//     leasegen's does not;
+//   - files of another GOOS: GOOS=windows go vet -vettool=leasecheck
+//     type-checks the windows files, leasegen on linux does not.
+//
+// A parameter F next to a type text naming a field F (struct{ F int }) is
+// kept as F by leasegen, whose scope has no F, and renamed F1 by the
+// analyzer whose scope has F from p_test.go or f_windows.go: leasecheck
+// reports "lease_gen.go is stale" on a freshly generated package, and
+// regenerating writes the same bytes (round 46 finding 4's loop, which
+// 024bfd1's unseenNames could have closed by counting those names for
+// both: newNamer consults only g.pkg.Types.Scope()).
+//
+// Breaks the promise that leasecheck agrees the output is current (no
+// "stale" loop), on the default go vet (test variant) and per platform.
+func TestAdversary50_StaleLoopFromUnseenFiles(t *testing.T) {
+	mod := adv46Module(t)
+	src := func(pkg string) string {
+		return "package " + pkg + `
+
+import "context"
+
+//lease:lock k:{id} deadline=5s
+func g(ctx context.Context, id string, F int, opts struct{ F int }) error { return nil }
+`
+	}
+	adv46Write(t, mod, map[string]string{
+		"staletest/p.go": src("staletest"),
+		"staletest/p_test.go": `package staletest
+
+// F is a test fixture.
+var F = 1
+`,
+		"staleos/p.go": src("staleos"),
+		"staleos/f_windows.go": `package staleos
+
+// F is the Windows entry point.
+func F() {}
+`,
+	})
+	t.Run("internal test file", func(t *testing.T) {
+		if errs := adv46Generate(t, filepath.Join(mod, "staletest")); errs != nil {
+			t.Fatalf("leasegen: %s", strings.Join(errs, "\n"))
+		}
+		if out, err := adv50Leasecheck(t, mod, "staletest"); err != nil || out != "" {
+			t.Errorf("leasecheck on the freshly generated package: %v\n%s\n--- lease_gen.go\n%s", err, out, adv50GenFile(mod, "staletest"))
+		}
+	})
+	t.Run("other GOOS", func(t *testing.T) {
+		if errs := adv46Generate(t, filepath.Join(mod, "staleos")); errs != nil {
+			t.Logf("leasegen reported errors (acceptable): %s", strings.Join(errs, "\n"))
+			return
+		}
+		bin := filepath.Join(t.TempDir(), "leasecheck")
+		cmd := exec.Command("go", "build", "-o", bin, "github.com/leasegen/leasegen/cmd/leasecheck")
+		cmd.Dir = mod
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("build leasecheck: %v\n%s", err, out)
+		}
+		for _, goos := range []string{"linux", "windows"} {
+			cmd := exec.Command("go", "vet", "-vettool="+bin, "./staleos")
+			cmd.Dir = mod
+			cmd.Env = append(os.Environ(), "GOOS="+goos, "GOARCH=amd64")
+			if out, err := cmd.CombinedOutput(); err != nil {
+				t.Errorf("GOOS=%s go vet -vettool=leasecheck on the freshly generated package: %v\n%s", goos, err, out)
+			}
+		}
+	})
+}
