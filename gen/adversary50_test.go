@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 )
@@ -260,6 +261,87 @@ func F() {}
 			cmd.Env = append(os.Environ(), "GOOS="+goos, "GOARCH=amd64")
 			if out, err := cmd.CombinedOutput(); err != nil {
 				t.Errorf("GOOS=%s go vet -vettool=leasecheck on the freshly generated package: %v\n%s", goos, err, out)
+			}
+		}
+	})
+}
+
+// Finding 4. parseOthers and buildFiles decide which files leasegen's build
+// leaves out with go/build's Default context (buildContext, gen/load.go:
+// GOOS and GOARCH from the process environment only), while the package
+// itself is loaded by go list, which also honours the go env file
+// (go env -w GOOS=windows, or GOENV naming one). When the two disagree,
+// a file go list leaves out is one go/build says matches, so it is
+// neither type-checked nor parsed: with GOOS=windows in the go env file,
+// clock_linux.go's package-level time is never seen, leasegen imports
+// "time" unnumbered and exits 0, and the linux build fails: "time already
+// declared through import of package time".
+//
+// Held: GOFLAGS=-tags=prod (leasegen's own -tags=leasegen replaces the
+// GOFLAGS tags for go list, so both sides agree).
+//
+// Breaks "when leasegen exits 0 the package must build on every
+// platform/tag combination" and README "the files of the package that the
+// current build leaves out ... are read for clashes".
+func TestAdversary50_BuildSettingsOutsideEnvHideFiles(t *testing.T) {
+	mod := adv46Module(t)
+	src := func(pkg string) string {
+		return "package " + pkg + `
+
+import "context"
+
+//lease:lock k:{id} deadline=5s
+func charge(ctx context.Context, id string) error { return nil }
+`
+	}
+	adv46Write(t, mod, map[string]string{
+		"tagflags/p.go": src("tagflags"),
+		"tagflags/clock_dev.go": `//go:build !prod
+
+package tagflags
+
+// time is the development clock's tick.
+var time = 1
+`,
+		"goenvos/p.go": src("goenvos"),
+		"goenvos/clock_linux.go": `package goenvos
+
+// time is the Linux clock's tick.
+var time = 1
+`,
+	})
+	t.Run("GOFLAGS tags", func(t *testing.T) {
+		t.Setenv("GOFLAGS", "-mod=mod -tags=prod")
+		errs := adv46Generate(t, filepath.Join(mod, "tagflags"))
+		t.Setenv("GOFLAGS", "-mod=mod")
+		if errs != nil {
+			t.Logf("leasegen reported errors (acceptable): %s", strings.Join(errs, "\n"))
+			return
+		}
+		for _, env := range [][]string{{"GOFLAGS=-mod=mod"}, {"GOFLAGS=-mod=mod -tags=prod"}} {
+			if out, err := adv50Build(t, mod, "tagflags", env...); err != nil {
+				t.Errorf("leasegen (GOFLAGS=-tags=prod) exited 0 but %v go build fails: %v\n%s\n--- lease_gen.go\n%s", env, err, out, adv50GenFile(mod, "tagflags"))
+			}
+		}
+	})
+	t.Run("GOENV GOOS", func(t *testing.T) {
+		if runtime.GOOS != "linux" {
+			t.Skip("the case is written for a linux host")
+		}
+		goenv := filepath.Join(t.TempDir(), "go.env")
+		if err := os.WriteFile(goenv, []byte("GOOS=windows\nGOARCH=amd64\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		t.Setenv("GOENV", goenv)
+		errs := adv46Generate(t, filepath.Join(mod, "goenvos"))
+		os.Unsetenv("GOENV")
+		if errs != nil {
+			t.Logf("leasegen reported errors (acceptable): %s", strings.Join(errs, "\n"))
+			return
+		}
+		for _, goos := range []string{"linux", "windows"} {
+			if out, err := adv50Build(t, mod, "goenvos", "GOOS="+goos, "GOARCH=amd64"); err != nil {
+				t.Errorf("leasegen (go env GOOS=windows) exited 0 but GOOS=%s go build fails: %v\n%s\n--- lease_gen.go\n%s", goos, err, out, adv50GenFile(mod, "goenvos"))
 			}
 		}
 	})
