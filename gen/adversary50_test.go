@@ -346,3 +346,124 @@ var time = 1
 		}
 	})
 }
+
+// Finding 5. A file for leasegen's own build tag (//go:build leasegen:
+// stubs or helpers that only generation needs) is type-checked by
+// leasegen, which loads with -tags leasegen, and seen by neither go vet
+// (no tag) nor CheckPackage's parseOthers, which matches files against
+// the same leasegen-tagged context and so takes it as part of the build.
+// Its package-level time makes leasegen number the import (time1);
+// leasecheck renders "time" and reports the fresh file stale, for ever.
+//
+// Breaks claim 3 "CheckPackage computes the same names" and the promise
+// that leasecheck agrees the output is current.
+func TestAdversary50_LeasegenTagFileStaleLoop(t *testing.T) {
+	mod := adv46Module(t)
+	adv46Write(t, mod, map[string]string{
+		"tagstale/p.go": `package tagstale
+
+import "context"
+
+//lease:lock k:{id} deadline=5s
+func charge(ctx context.Context, id string) error { return nil }
+`,
+		"tagstale/gen_only.go": `//go:build leasegen
+
+package tagstale
+
+// time is read by generation helpers only.
+var time = 1
+`,
+	})
+	if errs := adv46Generate(t, filepath.Join(mod, "tagstale")); errs != nil {
+		t.Logf("leasegen reported errors (acceptable): %s", strings.Join(errs, "\n"))
+		return
+	}
+	if out, err := adv50Build(t, mod, "tagstale"); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	if out, err := adv50Leasecheck(t, mod, "tagstale"); err != nil || out != "" {
+		t.Errorf("leasecheck on the freshly generated package: %v\n%s\n--- lease_gen.go\n%s", err, out, adv50GenFile(mod, "tagstale"))
+	}
+}
+
+// Held check: import names numbered around declarations spread over an
+// internal test file (time) and another platform's file (time1): the
+// output must import time2, build on both platforms and with its tests,
+// and leasecheck must agree.
+func TestAdversary50_ImportNumberingAcrossUnseenFiles(t *testing.T) {
+	mod := adv46Module(t)
+	adv46Write(t, mod, map[string]string{
+		"impnum/p.go": `package impnum
+
+import "context"
+
+//lease:lock k:{id} deadline=5s
+func charge(ctx context.Context, id string) error { return nil }
+`,
+		"impnum/p_test.go": `package impnum
+
+var time = 1
+`,
+		"impnum/t_windows.go": `package impnum
+
+var time1 = 2
+`,
+	})
+	if errs := adv46Generate(t, filepath.Join(mod, "impnum")); errs != nil {
+		t.Fatalf("leasegen: %s", strings.Join(errs, "\n"))
+	}
+	for _, goos := range []string{"linux", "windows"} {
+		cmd := exec.Command("go", "test", "-c", "-o", os.DevNull, "./impnum")
+		cmd.Dir = mod
+		cmd.Env = append(os.Environ(), "GOOS="+goos, "GOARCH=amd64")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Errorf("GOOS=%s go test -c: %v\n%s\n--- lease_gen.go\n%s", goos, err, out, adv50GenFile(mod, "impnum"))
+		}
+	}
+	if out, err := adv50Leasecheck(t, mod, "impnum"); err != nil || out != "" {
+		t.Errorf("leasecheck: %v\n%s", err, out)
+	}
+}
+
+// Held check (claim 1 for leaders): a //lease:defaults min-validity that
+// conflicts with a leader's own ttl is reported at the leader's ttl,
+// naming the default; the same default with no ttl anywhere (ttl's
+// built-in 30s), inherited by a leader and a lock alike, is reported once,
+// at the defaults.
+func TestAdversary50_DefaultsConflictLeader(t *testing.T) {
+	mod := adv46Module(t)
+	adv46Write(t, mod, map[string]string{
+		"defleader/p.go": `// Package defleader.
+//
+//lease:defaults min-validity=40s deadline=5s
+package defleader
+
+import (
+	"context"
+
+	"github.com/leasegen/leasegen/runtime/lease"
+)
+
+type Jobs struct{ lc *lease.Client }
+
+//lease:leader jobs:a ttl=10s
+func (j *Jobs) a(ctx context.Context) error { return nil }
+
+//lease:leader jobs:b
+func (j *Jobs) b(ctx context.Context) error { return nil }
+
+//lease:lock k:c
+func c(ctx context.Context) error { return nil }
+`,
+	})
+	errs := adv46Generate(t, filepath.Join(mod, "defleader"))
+	want := []string{
+		"p.go:3:18: lease: min-validity 40s (from //lease:defaults) must be less than ttl 30s",
+		"p.go:14:23: lease: min-validity 40s (from //lease:defaults) must be less than ttl 10s",
+	}
+	got := strings.Join(errs, "\n")
+	if got != strings.Join(want, "\n") {
+		t.Errorf("diagnostics:\n%s\nwant:\n%s", got, strings.Join(want, "\n"))
+	}
+}
