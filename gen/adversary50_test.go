@@ -467,3 +467,81 @@ func c(ctx context.Context) error { return nil }
 		t.Errorf("diagnostics:\n%s\nwant:\n%s", got, strings.Join(want, "\n"))
 	}
 }
+
+// Finding 6. parseOthers keeps a left-out file when its package clause
+// names the package, so a `//go:build ignore` program in a package main
+// directory (the usual go:generate helper, gen.go: package main, func
+// main) is read for clashes. No build ever compiles it with the package:
+// with -tags ignore its func main is already declared twice. Its
+// declarations nonetheless refuse a wrapper: main.go's //lease:lock on run
+// gets "wrapper name Run is already declared at gen.go:7:6 (a file of the
+// package that this build leaves out ...)".
+//
+// Breaks "no false errors on valid code": README says the files read for
+// clashes are those "the build that takes them compiles"; the doc comment
+// of parseOthers itself means to skip "a //go:build ignore program".
+func TestAdversary50_IgnoreProgramInMainPackage(t *testing.T) {
+	mod := adv46Module(t)
+	adv46Write(t, mod, map[string]string{
+		"tool/main.go": `package main
+
+import "context"
+
+//go:generate go run gen.go
+
+//lease:lock k:{id} deadline=5s
+func run(ctx context.Context, id string) error { return nil }
+
+func main() { _ = run }
+`,
+		"tool/gen.go": `//go:build ignore
+
+package main
+
+func main() { Run() }
+
+func Run() {}
+`,
+	})
+	if errs := adv46Generate(t, filepath.Join(mod, "tool")); errs != nil {
+		t.Errorf("false error (gen.go is a //go:build ignore program that no build compiles with the package):\n%s", strings.Join(errs, "\n"))
+	}
+}
+
+// Finding 7. name= accepts a predeclared identifier: name=error,
+// name=string, name=nil, name=true. The output then declares, at package
+// level, a func error / string / nil / true, which shadows the predeclared
+// identifier in the whole package block, the output's own uses included
+// (its signatures return error, its keys convert with string, Fence:
+// true) and the user's files too. leasegen exits 0 and the package fails
+// to compile: "error (function) is not a type", "string (function) is not
+// a type", "cannot use nil (value of type func(...) error) as error value
+// in return statement", "cannot use true (...) as bool value in struct
+// literal". Root cause: the directive parser checks only
+// token.IsIdentifier, declare (gen/naming.go) looks the name up in the
+// package scope, where a universe object is not, and shadowedPredeclared
+// (024bfd1) skips the declarations of leasegen's own output (and runs on
+// the package's declarations only). Round 46 fixed name=_, name=init and
+// name=main, not these. (name=len, any, int64 build here only because this
+// output does not use them.)
+//
+// Breaks DESIGN §3 "anything else is a generate-time error" (exit 0 with a
+// package that does not build); expected: an error at the name= value.
+func TestAdversary50_WrapperNamedPredeclared(t *testing.T) {
+	mod := adv46Module(t)
+	files := map[string]string{}
+	names := []string{"error", "string", "nil", "true", "len", "any", "int64"}
+	for _, n := range names {
+		files["wp"+n+"/p.go"] = "package wp" + n + `
+
+import "context"
+
+//lease:lock k:{id} deadline=5s fence name=` + n + `
+func f(ctx context.Context, id string, n int) error { return nil }
+`
+	}
+	adv46Write(t, mod, files)
+	for _, n := range names {
+		t.Run(n, func(t *testing.T) { adv46GenerateBuilds(t, mod, "wp"+n) })
+	}
+}
