@@ -522,8 +522,10 @@ func Run() {}
 // package scope, where a universe object is not, and shadowedPredeclared
 // (024bfd1) skips the declarations of leasegen's own output (and runs on
 // the package's declarations only). Round 46 fixed name=_, name=init and
-// name=main, not these. (name=len, any, int64 build here only because this
-// output does not use them.)
+// name=main, not these. name=max breaks the package's own use of the
+// builtin max ("not enough arguments in call to max"). (name=len, any,
+// int64 build here only because neither this output nor the package uses
+// them.)
 //
 // Breaks DESIGN §3 "anything else is a generate-time error" (exit 0 with a
 // package that does not build); expected: an error at the name= value.
@@ -540,8 +542,66 @@ import "context"
 func f(ctx context.Context, id string, n int) error { return nil }
 `
 	}
+	// The package's own code uses the builtin max (Go 1.21) that
+	// name=max would shadow.
+	files["wpmax/p.go"] = `package wpmax
+
+import "context"
+
+//lease:lock k:{id} deadline=5s name=max
+func f(ctx context.Context, id string, n int) error { return nil }
+
+func bigger(a, b int) int { return max(a, b) }
+`
+	names = append(names, "max")
 	adv46Write(t, mod, files)
 	for _, n := range names {
 		t.Run(n, func(t *testing.T) { adv46GenerateBuilds(t, mod, "wp"+n) })
+	}
+}
+
+// Finding 8. A dot import in a file of another platform is not resolved
+// (testClash: "A dot import of a package the package's other files do not
+// import is not resolved"), and a platform-specific package is exactly one
+// that only that platform's files import (golang.org/x/sys/windows, dot
+// imported by a _windows.go file). Its exported names enter the windows
+// build's package block: a wrapper Charge next to a dot-imported Charge
+// makes GOOS=windows go build fail ("Charge already declared through
+// dot-import of package x"), while leasegen on linux exits 0. README lists
+// this limit for internal test files only; for the files the build leaves
+// out it promises the dot-imported names are checked.
+//
+// Breaks "when leasegen exits 0 the package must build on every platform".
+func TestAdversary50_DotImportInOtherPlatformFile(t *testing.T) {
+	mod := adv46Module(t)
+	adv46Write(t, mod, map[string]string{
+		"dotwin/winapi/w.go": `package winapi
+
+// Charge is a Windows API call.
+func Charge() error { return nil }
+`,
+		"dotwin/p.go": `package dotwin
+
+import "context"
+
+//lease:lock k:{id} deadline=5s
+func charge(ctx context.Context, id string) error { return nil }
+`,
+		"dotwin/sys_windows.go": `package dotwin
+
+import . "example.com/golden/dotwin/winapi"
+
+var _ = Charge
+`,
+	})
+	dir := filepath.Join(mod, "dotwin")
+	if errs := adv46Generate(t, dir); errs != nil {
+		t.Logf("leasegen reported errors (acceptable): %s", strings.Join(errs, "\n"))
+		return
+	}
+	for _, goos := range []string{"linux", "windows"} {
+		if out, err := adv50Build(t, mod, "dotwin", "GOOS="+goos, "GOARCH=amd64"); err != nil {
+			t.Errorf("leasegen exited 0 but GOOS=%s go build fails: %v\n%s", goos, err, out)
+		}
 	}
 }
