@@ -605,3 +605,129 @@ var _ = Charge
 		}
 	}
 }
+
+// Probe: a decorator's type and constructor names (leasedStore,
+// NewLeasedStore) against declarations in a file of another platform and
+// in an internal test file; a method wrapper against a method of the
+// receiver declared in another platform's file.
+func TestAdversary50_DecoratorNamesInUnseenFiles(t *testing.T) {
+	mod := adv46Module(t)
+	iface := func(pkg string) string {
+		return "package " + pkg + `
+
+import "context"
+
+type Store interface {
+	//lease:lock k:{id} deadline=5s
+	Put(ctx context.Context, id string) error
+}
+`
+	}
+	adv46Write(t, mod, map[string]string{
+		"decwin/p.go": iface("decwin"),
+		"decwin/s_windows.go": `package decwin
+
+type leasedStore struct{}
+
+func NewLeasedStore() {}
+`,
+		"dectest/p.go": iface("dectest"),
+		"dectest/s_test.go": `package dectest
+
+type leasedStore struct{}
+`,
+		"methwin/p.go": `package methwin
+
+import (
+	"context"
+
+	"github.com/leasegen/leasegen/runtime/lease"
+)
+
+type Jobs struct{ lc *lease.Client }
+
+//lease:lock k:{id} deadline=5s
+func (j *Jobs) settle(ctx context.Context, id string) error { return nil }
+
+//lease:leader jobs:run
+func (j *Jobs) run(ctx context.Context) error { return nil }
+`,
+		"methwin/j_windows.go": `package methwin
+
+func (j *Jobs) Settle() {}
+
+func (j *Jobs) RunAsLeader() {}
+`,
+	})
+	for _, pkg := range []string{"decwin", "dectest", "methwin"} {
+		t.Run(pkg, func(t *testing.T) {
+			dir := filepath.Join(mod, pkg)
+			if errs := adv46Generate(t, dir); errs != nil {
+				t.Logf("leasegen reported errors (acceptable): %s", strings.Join(errs, "\n"))
+				return
+			}
+			for _, goos := range []string{"linux", "windows"} {
+				cmd := exec.Command("go", "test", "-c", "-o", os.DevNull, "./"+pkg)
+				cmd.Dir = mod
+				cmd.Env = append(os.Environ(), "GOOS="+goos, "GOARCH=amd64")
+				if out, err := cmd.CombinedOutput(); err != nil {
+					t.Errorf("leasegen exited 0 but GOOS=%s go test -c fails: %v\n%s", goos, err, out)
+				}
+			}
+		})
+	}
+}
+
+// Finding 9. The receiver's type declared per platform: Jobs is a struct
+// in jobs_windows.go with a field Settle, and another struct (no such
+// field) in jobs_other.go (//go:build !windows). testClash checks the
+// methods of the receiver declared in the files the build leaves out, but
+// not the fields of the receiver type's declaration there (declare looks
+// at g.members(recv), the type-checked linux type only). leasegen on linux
+// writes the method Settle, and GOOS=windows go build fails: "field and
+// method with the same name Settle".
+//
+// Breaks README "A wrapper's name must be free where it is declared: a
+// clash with ... the files of the package that the current build leaves
+// out ..., or the receiver's fields and methods is an error asking for
+// name=", and "when leasegen exits 0 the package must build on every
+// platform".
+func TestAdversary50_ReceiverFieldInOtherPlatformType(t *testing.T) {
+	mod := adv46Module(t)
+	adv46Write(t, mod, map[string]string{
+		"recvwin/p.go": `package recvwin
+
+import "context"
+
+//lease:lock k:{id} deadline=5s
+func (j *Jobs) settle(ctx context.Context, id string) error { return nil }
+`,
+		"recvwin/jobs_windows.go": `package recvwin
+
+import "github.com/leasegen/leasegen/runtime/lease"
+
+// Jobs on Windows also records whether a settle is pending.
+type Jobs struct {
+	lc     *lease.Client
+	Settle bool
+}
+`,
+		"recvwin/jobs_other.go": `//go:build !windows
+
+package recvwin
+
+import "github.com/leasegen/leasegen/runtime/lease"
+
+type Jobs struct{ lc *lease.Client }
+`,
+	})
+	if errs := adv46Generate(t, filepath.Join(mod, "recvwin")); errs != nil {
+		t.Logf("leasegen reported errors (acceptable): %s", strings.Join(errs, "\n"))
+		return
+	}
+	for _, goos := range []string{"linux", "windows"} {
+		if out, err := adv50Build(t, mod, "recvwin", "GOOS="+goos, "GOARCH=amd64"); err != nil {
+			t.Errorf("leasegen exited 0 but GOOS=%s go build fails: %v\n%s", goos, err, out)
+		}
+	}
+}
