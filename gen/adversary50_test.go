@@ -731,3 +731,39 @@ type Jobs struct{ lc *lease.Client }
 		}
 	}
 }
+
+// Held check (claim 1): an interface method's directive (decorator) with
+// its own deadline under a //lease:defaults wait that exceeds it, and a
+// function's own hold-min over the defaults' deadline: each at the
+// directive's own option, naming the default, each once.
+func TestAdversary50_DefaultsConflictDecoratorAndHoldMin(t *testing.T) {
+	mod := adv46Module(t)
+	adv46Write(t, mod, map[string]string{
+		"defdec/p.go": `// Package defdec.
+//
+//lease:defaults wait=10s deadline=20s
+package defdec
+
+import "context"
+
+type Store interface {
+	//lease:lock k:{id} deadline=5s
+	Put(ctx context.Context, id string) error
+	//lease:lock k:{id} deadline=5s
+	Del(ctx context.Context, id string) error
+}
+
+//lease:lock a hold-min=30s
+func f(ctx context.Context) error { return nil }
+`,
+	})
+	errs := adv46Generate(t, filepath.Join(mod, "defdec"))
+	want := []string{
+		"p.go:9:22: lease: wait 10s (from //lease:defaults) must be less than deadline 5s",
+		"p.go:11:22: lease: wait 10s (from //lease:defaults) must be less than deadline 5s",
+		"p.go:15:16: lease: hold-min 30s must not exceed deadline 20s (from //lease:defaults)",
+	}
+	if got := strings.Join(errs, "\n"); got != strings.Join(want, "\n") {
+		t.Errorf("diagnostics:\n%s\nwant:\n%s", got, strings.Join(want, "\n"))
+	}
+}
