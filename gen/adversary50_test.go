@@ -13,6 +13,8 @@ import (
 	"runtime"
 	"strings"
 	"testing"
+
+	"github.com/leasegen/leasegen/internal/gentest"
 )
 
 // adv50Leasecheck runs leasecheck (go run .../cmd/leasecheck) on ./pkg in
@@ -766,4 +768,76 @@ func f(ctx context.Context) error { return nil }
 	if got := strings.Join(errs, "\n"); got != strings.Join(want, "\n") {
 		t.Errorf("diagnostics:\n%s\nwant:\n%s", got, strings.Join(want, "\n"))
 	}
+}
+
+// Finding 10. parseOthers and parseTests list the directory with
+// filepath.Glob(filepath.Join(dir, "*.go")), so the directory's own path
+// is read as a pattern: a checkout under a path with a glob metacharacter
+// (~/src/proj[old]/, a copy named "svc[2]") matches no file, and no file
+// the build leaves out and no internal test file is read. The clashes
+// 024bfd1 checks are then silently unchecked: clock_windows.go's
+// package-level time is missed, leasegen imports "time" unnumbered and
+// exits 0 on linux, and GOOS=windows go build fails ("time already
+// declared through import of package time"); a Charge in an internal
+// test file is missed likewise and go vet / go test fail ("Charge
+// redeclared in this block").
+//
+// Breaks "when leasegen exits 0 the package must build on every
+// platform/tag combination" (and go test). Expected: the same results as
+// in a directory without brackets (os.ReadDir, not Glob).
+func TestAdversary50_GlobMetacharInDirectory(t *testing.T) {
+	gentest.Env(t)
+	mod := filepath.Join(t.TempDir(), "svc[2]")
+	if err := os.MkdirAll(mod, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	gentest.WriteModule(t, mod)
+	src := func(pkg string) string {
+		return "package " + pkg + `
+
+import "context"
+
+//lease:lock k:{id} deadline=5s
+func charge(ctx context.Context, id string) error { return nil }
+`
+	}
+	adv46Write(t, mod, map[string]string{
+		"globos/p.go": src("globos"),
+		"globos/clock_windows.go": `package globos
+
+// time is the Windows clock's tick.
+var time = 1
+`,
+		"globtest/p.go": src("globtest"),
+		"globtest/p_test.go": `package globtest
+
+import "testing"
+
+func Charge() {}
+
+func TestX(t *testing.T) {}
+`,
+	})
+	t.Run("other GOOS", func(t *testing.T) {
+		if errs := adv46Generate(t, filepath.Join(mod, "globos")); errs != nil {
+			t.Logf("leasegen reported errors (acceptable): %s", strings.Join(errs, "\n"))
+			return
+		}
+		for _, goos := range []string{"linux", "windows"} {
+			if out, err := adv50Build(t, mod, "globos", "GOOS="+goos, "GOARCH=amd64"); err != nil {
+				t.Errorf("leasegen exited 0 but GOOS=%s go build fails: %v\n%s", goos, err, out)
+			}
+		}
+	})
+	t.Run("internal test", func(t *testing.T) {
+		if errs := adv46Generate(t, filepath.Join(mod, "globtest")); errs != nil {
+			t.Logf("leasegen reported errors (acceptable): %s", strings.Join(errs, "\n"))
+			return
+		}
+		cmd := exec.Command("go", "vet", "./globtest")
+		cmd.Dir = mod
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Errorf("leasegen exited 0 but go vet (with the internal test) fails: %v\n%s", err, out)
+		}
+	})
 }
