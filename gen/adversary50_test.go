@@ -201,7 +201,9 @@ func put(ctx context.Context, id string, opt struct{ len int }) error { return n
 //     package's test variant, whose scope holds their declarations;
 //     leasegen's does not;
 //   - files of another GOOS: GOOS=windows go vet -vettool=leasecheck
-//     type-checks the windows files, leasegen on linux does not.
+//     type-checks the windows files, leasegen on linux does not;
+//   - a file constrained //go:build !leasegen (README: generation loads
+//     with -tags leasegen): every go vet type-checks it, leasegen never.
 //
 // A parameter F next to a type text naming a field F (struct{ F int }) is
 // kept as F by leasegen, whose scope has no F, and renamed F1 by the
@@ -231,6 +233,14 @@ func g(ctx context.Context, id string, F int, opts struct{ F int }) error { retu
 // F is a test fixture.
 var F = 1
 `,
+		"staletag/p.go": src("staletag"),
+		"staletag/calls.go": `//go:build !leasegen
+
+package staletag
+
+// F calls the wrapper; generation leaves it out.
+func F() {}
+`,
 		"staleos/p.go": src("staleos"),
 		"staleos/f_windows.go": `package staleos
 
@@ -244,6 +254,14 @@ func F() {}
 		}
 		if out, err := adv50Leasecheck(t, mod, "staletest"); err != nil || out != "" {
 			t.Errorf("leasecheck on the freshly generated package: %v\n%s\n--- lease_gen.go\n%s", err, out, adv50GenFile(mod, "staletest"))
+		}
+	})
+	t.Run("!leasegen file", func(t *testing.T) {
+		if errs := adv46Generate(t, filepath.Join(mod, "staletag")); errs != nil {
+			t.Fatalf("leasegen: %s", strings.Join(errs, "\n"))
+		}
+		if out, err := adv50Leasecheck(t, mod, "staletag"); err != nil || out != "" {
+			t.Errorf("leasecheck on the freshly generated package: %v\n%s", err, out)
 		}
 	})
 	t.Run("other GOOS", func(t *testing.T) {
