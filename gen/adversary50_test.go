@@ -298,7 +298,9 @@ func F() {}
 // declared through import of package time".
 //
 // Held: GOFLAGS=-tags=prod (leasegen's own -tags=leasegen replaces the
-// GOFLAGS tags for go list, so both sides agree).
+// GOFLAGS tags for go list, so both sides agree); a cgo file on a machine
+// without a C compiler (CC=/nonexistent/cc: the package is refused as one
+// that uses cgo).
 //
 // Breaks "when leasegen exits 0 the package must build on every
 // platform/tag combination" and README "the files of the package that the
@@ -323,6 +325,15 @@ package tagflags
 // time is the development clock's tick.
 var time = 1
 `,
+		"nocc/p.go": src("nocc"),
+		"nocc/clock_cgo.go": `package nocc
+
+// #include <time.h>
+import "C"
+
+// time is the C clock's tick.
+var time = C.CLOCKS_PER_SEC
+`,
 		"goenvos/p.go": src("goenvos"),
 		"goenvos/clock_linux.go": `package goenvos
 
@@ -341,6 +352,25 @@ var time = 1
 		for _, env := range [][]string{{"GOFLAGS=-mod=mod"}, {"GOFLAGS=-mod=mod -tags=prod"}} {
 			if out, err := adv50Build(t, mod, "tagflags", env...); err != nil {
 				t.Errorf("leasegen (GOFLAGS=-tags=prod) exited 0 but %v go build fails: %v\n%s\n--- lease_gen.go\n%s", env, err, out, adv50GenFile(mod, "tagflags"))
+			}
+		}
+	})
+	t.Run("no C compiler", func(t *testing.T) {
+		// A machine without a C compiler (golang:alpine, distroless CI):
+		// held, leasegen refuses the package as one that uses cgo.
+		if _, err := exec.LookPath("gcc"); err != nil {
+			t.Skip("needs gcc for the cgo build")
+		}
+		t.Setenv("CC", "/nonexistent/cc")
+		errs := adv46Generate(t, filepath.Join(mod, "nocc"))
+		os.Unsetenv("CC")
+		if errs != nil {
+			t.Logf("leasegen reported errors (acceptable): %s", strings.Join(errs, "\n"))
+			return
+		}
+		for _, cgo := range []string{"0", "1"} {
+			if out, err := adv50Build(t, mod, "nocc", "CGO_ENABLED="+cgo); err != nil {
+				t.Errorf("leasegen (no C compiler) exited 0 but CGO_ENABLED=%s go build fails: %v\n%s", cgo, err, out)
 			}
 		}
 	})
