@@ -889,3 +889,47 @@ func TestX(t *testing.T) {}
 		}
 	})
 }
+
+// Held check: leasecheck's diagnostics at a position in a file its package
+// does not hold (a declaration in another platform's file, which
+// CheckPackage parses into the pass's FileSet): leasecheck must report the
+// same error as leasegen, at the same file:line:col.
+func TestAdversary50_LeasecheckPositionInOtherFile(t *testing.T) {
+	mod := adv46Module(t)
+	adv46Write(t, mod, map[string]string{
+		"chkpos/p.go": `package chkpos
+
+import "context"
+
+//lease:lock k:{id} deadline=5s fence
+func f(ctx context.Context, id string) error { return nil }
+`,
+		"chkpos/flags_windows.go": `package chkpos
+
+// true is false on Windows (legal, if unwise).
+const true = false
+`,
+	})
+	errs := adv46Generate(t, filepath.Join(mod, "chkpos"))
+	want := []string{
+		"flags_windows.go:4:7: lease: package-level true shadows the predeclared true",
+	}
+	for _, w := range want {
+		found := false
+		for _, e := range errs {
+			found = found || strings.HasPrefix(e, w)
+		}
+		if !found {
+			t.Errorf("leasegen: no %q in:\n%s", w, strings.Join(errs, "\n"))
+		}
+	}
+	out, err := adv50Leasecheck(t, mod, "chkpos")
+	if err == nil {
+		t.Errorf("leasecheck found nothing:\n%s", out)
+	}
+	for _, w := range want {
+		if !strings.Contains(out, "chkpos/"+w) {
+			t.Errorf("leasecheck: no %q in:\n%s", "chkpos/"+w, out)
+		}
+	}
+}
