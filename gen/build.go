@@ -30,6 +30,9 @@ type pkgGen struct {
 	imports     map[string]string    // the generated file's import names: path -> name
 	importPaths map[string]string    // and back: name -> path
 	memberCache map[*types.Named]map[string]types.Object
+	// exported caches the exported package-level names of packages that
+	// only unseen files import (see exportedNames).
+	exported map[string]map[string]bool
 	// keyLocals names the locals that hold a key path's checked method
 	// results in the wrapper being built, by path text.
 	keyLocals map[string]string

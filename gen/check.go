@@ -57,8 +57,12 @@ func CheckPackage(fset *token.FileSet, files []*ast.File, pkg *types.Package, in
 	// test variant, a build with other tags) or not.
 	for _, f := range files {
 		if name := fset.Position(f.Pos()).Filename; !isTestFile(name) && !g.generated[name] {
+			seen := map[string]bool{}
+			for _, f := range files {
+				seen[fset.Position(f.Pos()).Filename] = true
+			}
 			_, internal := parseTests(fset, filepath.Dir(name), pkg.Name())
-			g.unseenNames = declNames(append(internal, parseOthers(fset, filepath.Dir(name), pkg.Name())...))
+			g.unseenNames = declNames(append(internal, parseOthers(fset, filepath.Dir(name), pkg.Name(), func(path string) bool { return seen[path] })...))
 			break
 		}
 	}
@@ -74,7 +78,7 @@ func CheckPackage(fset *token.FileSet, files []*ast.File, pkg *types.Package, in
 	}
 	if len(el.raw) == 0 && (len(m.Wrappers) > 0 || len(m.Decorators) > 0) {
 		out, err := templates.Render(m)
-		if err == nil && !g.shadowedPredeclared(out) {
+		if err == nil && !g.shadowedPredeclared(m) {
 			c.Output = out
 		}
 	}

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"go/ast"
 	"go/build"
+	"go/build/constraint"
 	"go/parser"
 	"go/scanner"
 	"go/token"
@@ -142,7 +143,9 @@ func Generate(cfg Config) ([]File, error) {
 		}
 		g := newPkgGen(p, fset, el)
 		g.tests, g.internalTests = parseTests(fset, filepath.Dir(firstFile(p)), p.Name)
-		g.others = parseOthers(fset, filepath.Dir(firstFile(p)), p.Name)
+		g.others = parseOthers(fset, filepath.Dir(firstFile(p)), p.Name, func(path string) bool {
+			return slices.Contains(p.GoFiles, path) || slices.Contains(p.CompiledGoFiles, path)
+		})
 		g.unseenNames = declNames(append(slices.Clip(g.internalTests), g.others...))
 		m := g.build()
 		own[p.PkgPath] = map[string]bool{}
@@ -173,7 +176,7 @@ func Generate(cfg Config) ([]File, error) {
 		if err != nil {
 			return nil, fmt.Errorf("leasegen: %s: render: %w", p.PkgPath, err)
 		}
-		if g.shadowedPredeclared(data) {
+		if g.shadowedPredeclared(m) {
 			continue
 		}
 		files = append(files, File{Path: out, Data: data})
@@ -370,18 +373,21 @@ func wrapperNames(f *ast.File) []string {
 // pkgName_test) that go test builds, for this platform or another,
 // returned in internal, for their top-level declarations and imports,
 // which share the package block with the wrappers (see testClash). Files
-// that do not parse are skipped: compiling tests is go test's job.
+// no build compiles (see goSources) are passed over, and files that do not
+// parse are skipped: compiling tests is go test's job.
 func parseTests(fset *token.FileSet, dir, pkgName string) (tests, internal []*ast.File) {
-	names, _ := filepath.Glob(filepath.Join(dir, "*_test.go"))
-	for _, name := range names {
+	for _, name := range goSources(dir) {
+		if !isTestFile(name) {
+			continue
+		}
 		src, err := os.ReadFile(name)
 		if err != nil {
 			continue
 		}
 		directives := bytes.Contains(bytes.ToLower(src), []byte("lease:"))
 		isInternal := false
-		if f, _ := parser.ParseFile(token.NewFileSet(), name, src, parser.PackageClauseOnly); f != nil && f.Name.Name == pkgName {
-			isInternal = true
+		if f, _ := parser.ParseFile(token.NewFileSet(), name, src, parser.PackageClauseOnly|parser.ParseComments); f != nil && f.Name.Name == pkgName {
+			isInternal = !neverBuilt(f)
 		}
 		if !directives && !isInternal {
 			continue
@@ -400,30 +406,25 @@ func parseTests(fset *token.FileSet, dir, pkgName string) (tests, internal []*as
 	return tests, internal
 }
 
-// parseOthers parses the package's non-test files in dir that leasegen's
-// build (-tags leasegen, this GOOS and GOARCH) leaves out: files for
-// another platform, or for build tags. The generated file has no build
-// constraint, so the build that takes such a file compiles it with the
-// wrappers, and a clash with its declarations or imports breaks that
-// build only (see testClash). Files of another package (a //go:build
-// ignore program), leasegen's own outputs and files that do not parse
-// are skipped.
-func parseOthers(fset *token.FileSet, dir, pkgName string) []*ast.File {
-	names, _ := filepath.Glob(filepath.Join(dir, "*.go"))
-	ctx := buildContext(true)
+// parseOthers parses the package's non-test files in dir that the caller
+// did not type-check (seen reports those it did): files for another
+// platform, or for build tags (leasegen's own -tags leasegen included).
+// The generated file has no build constraint, so the build that takes
+// such a file compiles it with the wrappers, and a clash with its
+// declarations or imports breaks that build only (see testClash). Files
+// of another package, files no build compiles (see goSources),
+// leasegen's own outputs and files that do not parse are skipped.
+func parseOthers(fset *token.FileSet, dir, pkgName string, seen func(path string) bool) []*ast.File {
 	var out []*ast.File
-	for _, name := range names {
-		if isTestFile(name) {
-			continue
-		}
-		if ok, err := ctx.MatchFile(dir, filepath.Base(name)); err != nil || ok {
+	for _, name := range goSources(dir) {
+		if isTestFile(name) || seen(name) {
 			continue
 		}
 		src, err := os.ReadFile(name)
 		if err != nil || bytes.HasPrefix(src, []byte("// "+templates.Header)) {
 			continue
 		}
-		if f, _ := parser.ParseFile(token.NewFileSet(), name, src, parser.PackageClauseOnly); f == nil || f.Name.Name != pkgName {
+		if f, _ := parser.ParseFile(token.NewFileSet(), name, src, parser.PackageClauseOnly|parser.ParseComments); f == nil || f.Name.Name != pkgName || neverBuilt(f) {
 			continue
 		}
 		if f, _ := parser.ParseFile(fset, name, src, parser.SkipObjectResolution); f != nil {
@@ -431,6 +432,65 @@ func parseOthers(fset *token.FileSet, dir, pkgName string) []*ast.File {
 		}
 	}
 	return out
+}
+
+// goSources lists the .go files in dir that a build may take: not those
+// whose names start with "_" or "." (go build passes over them whatever
+// their content). Read with os.ReadDir: dir may hold glob metacharacters.
+func goSources(dir string) []string {
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return nil
+	}
+	var out []string
+	for _, e := range ents {
+		n := e.Name()
+		if e.IsDir() || !strings.HasSuffix(n, ".go") || strings.HasPrefix(n, "_") || strings.HasPrefix(n, ".") {
+			continue
+		}
+		out = append(out, filepath.Join(dir, n))
+	}
+	return out
+}
+
+// neverBuilt reports whether f's //go:build line needs the "ignore" tag
+// (the convention for a file no build takes, such as a //go:build ignore
+// program run with go run): no assignment of its other tags satisfies it
+// without. A constraint with more than 12 tags is taken as buildable.
+func neverBuilt(f *ast.File) bool {
+	var expr constraint.Expr
+	for _, cg := range f.Comments {
+		if cg.Pos() >= f.Package {
+			break
+		}
+		for _, c := range cg.List {
+			if constraint.IsGoBuild(c.Text) {
+				expr, _ = constraint.Parse(c.Text)
+			}
+		}
+	}
+	if expr == nil {
+		return false
+	}
+	var tags []string
+	expr.Eval(func(tag string) bool {
+		if tag != "ignore" && !slices.Contains(tags, tag) {
+			tags = append(tags, tag)
+		}
+		return false
+	})
+	if len(tags) > 12 {
+		return false
+	}
+	for bits := range 1 << len(tags) {
+		if expr.Eval(func(tag string) bool {
+			i := slices.Index(tags, tag)
+			return i >= 0 && bits&(1<<i) != 0
+		}) {
+			return false
+		}
+	}
+	return true
 }
 
 // CompileError is Generate's error when the packages do not compile, or

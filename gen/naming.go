@@ -3,9 +3,12 @@ package gen
 import (
 	"fmt"
 	"go/ast"
+	"go/parser"
 	"go/scanner"
 	"go/token"
 	"go/types"
+	"os/exec"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strconv"
@@ -83,6 +86,13 @@ func (g *pkgGen) declare(pos token.Pos, name string, recv *types.Named) bool {
 		g.errorf(pos, "wrapper name %s is reserved at package level (func %s takes no parameters and returns nothing); choose another with name=", name, name)
 		return false
 	}
+	if recv == nil && types.Universe.Lookup(name) != nil {
+		// A package-level declaration shadows the predeclared name in
+		// every file of the package, the output's own uses and the
+		// package's included (TestAdversary50_WrapperNamedPredeclared).
+		g.errorf(pos, "wrapper name %s is predeclared in Go: declared at package level it would shadow the predeclared %s in the whole package; choose another with name=", name, name)
+		return false
+	}
 	scopeKey := name
 	var existing types.Object
 	if recv != nil {
@@ -134,8 +144,10 @@ func (g *pkgGen) declare(pos token.Pos, name string, recv *types.Named) bool {
 // wrappers but leasegen does not type-check, or with a file of the
 // package that leasegen's build leaves out (g.others): a package-level declaration,
 // an import name or a name a dot import declares (recv nil), or a method
-// of recv declared there. It returns the message, or "". A dot import of a
-// package the package's other files do not import is not resolved.
+// of recv declared there, or a field of recv's type as declared there. It
+// returns the message, or "". A dot import of a package the type-checked
+// files do not import is resolved from that package's source files (see
+// exportedNames).
 func (g *pkgGen) testClash(name string, recv *types.Named) string {
 	const (
 		testTail  = " (a test file of the package: go test compiles it with the wrappers); choose another with name="
@@ -163,6 +175,12 @@ func (g *pkgGen) testClash(name string, recv *types.Named) string {
 				}
 			case *ast.GenDecl:
 				if recv != nil {
+					// The receiver's type as that file declares it (one
+					// declaration per platform): a field of the method's
+					// name (TestAdversary50_ReceiverFieldInOtherPlatformType).
+					if id := fieldNamed(decl, recv.Obj().Name(), name); id != nil {
+						return fmt.Sprintf("wrapper name %s is a field of %s declared at %s", name, recv.Obj().Name(), g.errs.where(id.Pos())) + tail
+					}
 					continue
 				}
 				for _, spec := range decl.Specs {
@@ -196,7 +214,10 @@ func (g *pkgGen) testClash(name string, recv *types.Named) string {
 			local := ""
 			switch {
 			case spec.Name != nil && spec.Name.Name == ".":
-				if known != nil && token.IsExported(name) && known.Scope().Lookup(name) != nil {
+				if !token.IsExported(name) {
+					continue
+				}
+				if known != nil && known.Scope().Lookup(name) != nil || known == nil && g.exportedNames(path)[name] {
 					return fmt.Sprintf("wrapper name %s is a name %s dot-imports from package %s (%s)", name, file, path, g.errs.where(spec.Pos())) + tail
 				}
 				continue
@@ -213,6 +234,91 @@ func (g *pkgGen) testClash(name string, recv *types.Named) string {
 		}
 	}
 	return ""
+}
+
+// exportedNames returns the exported package-level names of the package
+// at import path, which the package's type-checked files do not import
+// (only a test file or a file of another platform does, as a
+// platform-only package): its directory as go list finds it (without
+// loading its imports), its Go files read whatever their build
+// constraints. nil when it cannot be found.
+func (g *pkgGen) exportedNames(path string) map[string]bool {
+	if names, ok := g.exported[path]; ok {
+		return names
+	}
+	if g.exported == nil {
+		g.exported = map[string]map[string]bool{}
+	}
+	var names map[string]bool
+	cmd := exec.Command("go", "list", "-find", "-f", "{{.Dir}}", "--", path)
+	if len(g.pkg.Syntax) > 0 {
+		cmd.Dir = filepath.Dir(g.fset.Position(g.pkg.Syntax[0].Pos()).Filename)
+	}
+	if out, err := cmd.Output(); err == nil {
+		dir := strings.TrimSpace(string(out))
+		var files []*ast.File
+		for _, name := range goSources(dir) {
+			if isTestFile(name) {
+				continue
+			}
+			if f, _ := parser.ParseFile(token.NewFileSet(), name, nil, parser.SkipObjectResolution); f != nil {
+				files = append(files, f)
+			}
+		}
+		names = map[string]bool{}
+		for n := range declNames(files) {
+			if token.IsExported(n) {
+				names[n] = true
+			}
+		}
+	}
+	g.exported[path] = names
+	return names
+}
+
+// fieldNamed returns the field (or embedded field) called name of the
+// struct type typeName that decl declares, or nil.
+func fieldNamed(decl *ast.GenDecl, typeName, name string) *ast.Ident {
+	for _, spec := range decl.Specs {
+		ts, ok := spec.(*ast.TypeSpec)
+		if !ok || ts.Name.Name != typeName {
+			continue
+		}
+		st, ok := ts.Type.(*ast.StructType)
+		if !ok {
+			continue
+		}
+		for _, f := range st.Fields.List {
+			for _, id := range f.Names {
+				if id.Name == name {
+					return id
+				}
+			}
+			if len(f.Names) == 0 {
+				x := f.Type
+				if star, ok := x.(*ast.StarExpr); ok {
+					x = star.X
+				}
+				if ix, ok := x.(*ast.IndexExpr); ok {
+					x = ix.X
+				}
+				if ix, ok := x.(*ast.IndexListExpr); ok {
+					x = ix.X
+				}
+				switch e := x.(type) {
+				case *ast.Ident:
+					if e.Name == name {
+						return e
+					}
+				case *ast.SelectorExpr:
+					if e.Sel.Name == name {
+						return e.Sel
+					}
+				}
+			}
+		}
+	}
+	return nil
 }
 
 // recvBase returns the name of a receiver's base type (T in T, *T, T[P]).
@@ -346,10 +452,16 @@ func (g *pkgGen) newNamer(q *qual, shadowed map[string]bool, typeTexts ...[]stri
 					if shadowed[id] {
 						continue
 					}
-					// Not leasegen's own output: the analyzer sees the
-					// package with it, leasegen (-tags leasegen) without,
-					// and both must render the same file.
+					// Declared by the package's files, whichever of them
+					// the caller type-checked (leasegen -tags leasegen,
+					// the analyzer another set, with tests or for another
+					// GOOS): those files' scope, less leasegen's own
+					// output, and the names of the files it only parsed
+					// are the same union for both, so that both render the
+					// same file.
 					if obj := g.pkg.Types.Scope().Lookup(id); obj != nil && !g.generated[g.fset.Position(obj.Pos()).Filename] {
+						n.reserve(id)
+					} else if _, ok := g.unseenNames[id]; ok {
 						n.reserve(id)
 					}
 				}
@@ -362,13 +474,22 @@ func (g *pkgGen) newNamer(q *qual, shadowed map[string]bool, typeTexts ...[]stri
 var identRE = regexp.MustCompile(`[\pL_][\pL\pN_]*`)
 
 // shadowedPredeclared reports, at its declaration, every package-level
-// name that shadows a predeclared identifier the output uses (int64 in a
-// key's conversion, nil, len, true, error, ...): in the package block, the
-// output's use would be the package's declaration, and the package would
-// not build, or would mean something else. Declarations of the files
-// leasegen type-checks count, and those of the files it only parses
-// (internal tests, other platforms). It returns whether it found any.
-func (g *pkgGen) shadowedPredeclared(out []byte) bool {
+// name that shadows a predeclared identifier the output itself uses
+// (int64 in a key's conversion, nil, len, true, error, ...): in the
+// package block, the output's use would be the package's declaration,
+// and the package would not build, or would mean something else. What
+// the output copies from the package's own signatures (parameter, result,
+// receiver and interface types, type parameters' constraints) means there
+// what it means in the package, and is not counted: the model is rendered
+// again with those texts masked, and that rendering is scanned.
+// Declarations of the files leasegen type-checks count, and those of the
+// files it only parses (internal tests, other platforms). It returns
+// whether it found any.
+func (g *pkgGen) shadowedPredeclared(m *templates.File) bool {
+	out, err := templates.Render(maskTypes(m))
+	if err != nil {
+		return false // the real rendering succeeded; nothing to add
+	}
 	var s scanner.Scanner
 	s.Init(token.NewFileSet().AddFile("", -1, len(out)), out, nil, 0)
 	used := map[string]bool{}
@@ -402,4 +523,56 @@ func (g *pkgGen) shadowedPredeclared(out []byte) bool {
 		}
 	}
 	return found
+}
+
+// maskedType stands for a type text of the package's own in maskTypes.
+const maskedType = "leasegenMasked"
+
+// maskTypes returns a copy of m with every type text that comes from the
+// package's signatures replaced by one identifier that is not predeclared.
+func maskTypes(m *templates.File) *templates.File {
+	cp := *m
+	params := func(ps []templates.Param) []templates.Param {
+		out := slices.Clone(ps)
+		for i := range out {
+			out[i].Type = maskedType
+		}
+		return out
+	}
+	texts := func(ts []string) []string {
+		out := slices.Clone(ts)
+		for i := range out {
+			out[i] = maskedType
+		}
+		return out
+	}
+	wrapper := func(w *templates.Wrapper) *templates.Wrapper {
+		x := *w
+		x.TypeParams, x.Params, x.Results = params(w.TypeParams), params(w.Params), texts(w.Results)
+		if x.RecvType != "" {
+			x.RecvType = maskedType
+		}
+		if x.TieType != "" {
+			x.TieType, x.Tie = maskedType, maskedType
+		}
+		return &x
+	}
+	cp.Wrappers = nil
+	for _, w := range m.Wrappers {
+		cp.Wrappers = append(cp.Wrappers, wrapper(w))
+	}
+	cp.Decorators = nil
+	for _, d := range m.Decorators {
+		x := *d
+		x.IfaceTyp = maskedType
+		x.Methods, x.Passthrough = nil, nil
+		for _, w := range d.Methods {
+			x.Methods = append(x.Methods, wrapper(w))
+		}
+		for _, w := range d.Passthrough {
+			x.Passthrough = append(x.Passthrough, wrapper(w))
+		}
+		cp.Decorators = append(cp.Decorators, &x)
+	}
+	return &cp
 }
