@@ -1,0 +1,234 @@
+package gen_test
+
+// Adversary round 51 (generator): attacks on 313e382 (goSources,
+// neverBuilt, parseOthers(seen), exportedNames, fieldNamed, maskTypes,
+// predeclared wrapper names). Harness: round 46's adv46Module, adv46Write,
+// adv46Generate and round 50's adv50Build, adv50Leasecheck, adv50GenFile.
+
+import (
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// adv51GenerateAndBuild generates for pkg and, when leasegen reports no
+// error, builds it for each GOOS; it fails on a generate-time error
+// (the code is valid) and on any build failure after leasegen exited 0.
+func adv51GenerateAndBuild(t *testing.T, mod, pkg string, gooses ...string) {
+	t.Helper()
+	if errs := adv46Generate(t, filepath.Join(mod, pkg)); errs != nil {
+		t.Fatalf("false errors (the package builds on every platform):\n%s", strings.Join(errs, "\n"))
+	}
+	for _, goos := range gooses {
+		if out, err := adv50Build(t, mod, pkg, "GOOS="+goos, "CGO_ENABLED=0"); err != nil {
+			t.Errorf("leasegen exited 0 but GOOS=%s go build fails: %v\n%s\n--- lease_gen.go\n%s", goos, err, out, adv50GenFile(mod, pkg))
+		}
+	}
+}
+
+// Finding 1. exportedNames (gen/naming.go) reads every .go file of the
+// dot-imported package's directory (goSources), whatever its package
+// clause and build constraint: a `//go:build ignore` program (package
+// main) next to the package, or a file of the package for another
+// platform, contributes "exported names" no build of the importer ever
+// sees. A wrapper Charge next to a windows file that dot-imports q, where
+// q's only Charge is in its gen.go ignore program (or its q_linux.go,
+// never compiled with a windows importer), is refused:
+// "wrapper name Charge is a name ... dot-imports from package ...".
+//
+// Breaks "no false errors on valid code": the package with the wrapper
+// builds for linux and windows.
+func TestAdversary51_DotImportReadsFilesNoBuildTakes(t *testing.T) {
+	mod := adv46Module(t)
+	adv46Write(t, mod, map[string]string{
+		"dq/q.go": `package dq
+
+var Thing = 1
+`,
+		// An ignore program (go run gen.go): package main, never part of dq.
+		"dq/gen.go": `//go:build ignore
+
+package main
+
+func Charge() {}
+
+func main() {}
+`,
+		"dqlin/q.go": `package dqlin
+
+var Thing = 1
+`,
+		// Only the linux build of dqlin declares Charge.
+		"dqlin/q_linux.go": `package dqlin
+
+func Charge() {}
+`,
+		"dign/p.go": `package dign
+
+import "context"
+
+//lease:lock k:{id} deadline=5s
+func charge(ctx context.Context, id string) error { return nil }
+`,
+		"dign/p_windows.go": `package dign
+
+import . "example.com/golden/dq"
+
+var _ = Thing
+`,
+		"dlin/p.go": `package dlin
+
+import "context"
+
+//lease:lock k:{id} deadline=5s
+func charge(ctx context.Context, id string) error { return nil }
+`,
+		"dlin/p_windows.go": `package dlin
+
+import . "example.com/golden/dqlin"
+
+var _ = Thing
+`,
+	})
+	for _, pkg := range []string{"dign", "dlin"} {
+		t.Run(pkg, func(t *testing.T) {
+			adv51GenerateAndBuild(t, mod, pkg, "linux", "windows")
+		})
+	}
+}
+
+// Finding 2. testClash resolves a dot import in a file leasegen did not
+// type-check through `known`, the package as the type-checked files
+// import it, i.e. for leasegen's GOOS. When that package declares
+// different names per platform (syscall does), the lookup answers for the
+// wrong platform:
+//   - a windows file dot-imports syscall, and the wrapper is CreateFile
+//     (syscall.CreateFile exists on windows only): leasegen on linux finds
+//     no CreateFile in linux's syscall, exits 0, and GOOS=windows go build
+//     fails ("CreateFile already declared through dot-import").
+//   - the wrapper is Mount (syscall.Mount is linux-only): leasegen refuses
+//     it although no build ever sees both.
+//
+// Breaks "when leasegen exits 0 the package builds on every platform"
+// (first) and "no false errors on valid code" (second).
+func TestAdversary51_DotImportOfKnownPackageOtherPlatform(t *testing.T) {
+	mod := adv46Module(t)
+	adv46Write(t, mod, map[string]string{
+		"dsyswin/p.go": `package dsyswin
+
+import (
+	"context"
+	"syscall"
+)
+
+var _ = syscall.Getpid
+
+//lease:lock k:{id} deadline=5s
+func createFile(ctx context.Context, id string) error { return nil }
+`,
+		"dsyswin/p_windows.go": `package dsyswin
+
+import . "syscall"
+
+var _ = Getpid
+`,
+		"dsyslin/p.go": `package dsyslin
+
+import (
+	"context"
+	"syscall"
+)
+
+var _ = syscall.Getpid
+
+//lease:lock k:{id} deadline=5s
+func mount(ctx context.Context, id string) error { return nil }
+`,
+		"dsyslin/p_windows.go": `package dsyslin
+
+import . "syscall"
+
+var _ = Getpid
+`,
+	})
+	t.Run("windows-only name missed", func(t *testing.T) {
+		if errs := adv46Generate(t, filepath.Join(mod, "dsyswin")); errs != nil {
+			t.Logf("leasegen reported errors (acceptable):\n%s", strings.Join(errs, "\n"))
+			return
+		}
+		for _, goos := range []string{"linux", "windows"} {
+			if out, err := adv50Build(t, mod, "dsyswin", "GOOS="+goos, "CGO_ENABLED=0"); err != nil {
+				t.Errorf("leasegen exited 0 but GOOS=%s go build fails: %v\n%s", goos, err, out)
+			}
+		}
+	})
+	t.Run("linux-only name refused", func(t *testing.T) {
+		adv51GenerateAndBuild(t, mod, "dsyslin", "linux", "windows")
+	})
+}
+
+// Finding 3. neverBuilt (gen/gen.go) only reads //go:build lines; a file
+// constrained by the older `// +build ignore` alone (no //go:build line),
+// which the go command still honours (the test first checks that go build
+// passes over it: compiled, it would not build), is never compiled, yet
+// its declarations are read for clashes: "wrapper name Charge is already
+// declared at old.go:5:6 (a file of the package that this build leaves
+// out ...)". Pre-1.17 code and old generators still carry such files.
+//
+// Breaks "no false errors on valid code".
+func TestAdversary51_PlusBuildIgnoreFalseClash(t *testing.T) {
+	mod := adv46Module(t)
+	adv46Write(t, mod, map[string]string{
+		"pbign/p.go": `package pbign
+
+import "context"
+
+//lease:lock k:{id} deadline=5s
+func charge(ctx context.Context, id string) error { return nil }
+`,
+		"pbign/old.go": `// +build ignore
+
+package pbign
+
+func Charge() {}
+
+var _ = notDeclaredAnywhere // compiled, this file would not build
+`,
+	})
+	// The package builds: the go command never compiles old.go.
+	if out, err := adv50Build(t, mod, "pbign"); err != nil {
+		t.Skipf("go build does not honour // +build ignore here: %v\n%s", err, out)
+	}
+	adv51GenerateAndBuild(t, mod, "pbign", "linux", "windows")
+}
+
+// Held check: a constraint that needs ignore only on one branch
+// (`//go:build ignore || windows`) is built on windows, so its Charge
+// clashes with the wrapper there: leasegen must refuse (or the windows
+// build breaks).
+func TestAdversary51_IgnoreOrWindowsStillClashes(t *testing.T) {
+	mod := adv46Module(t)
+	adv46Write(t, mod, map[string]string{
+		"igor/p.go": `package igor
+
+import "context"
+
+//lease:lock k:{id} deadline=5s
+func charge(ctx context.Context, id string) error { return nil }
+`,
+		"igor/w.go": `//go:build ignore || windows
+
+package igor
+
+func Charge() {}
+`,
+	})
+	errs := adv46Generate(t, filepath.Join(mod, "igor"))
+	if errs == nil {
+		out, err := adv50Build(t, mod, "igor", "GOOS=windows")
+		t.Fatalf("leasegen exited 0 with a Charge built on windows; GOOS=windows go build: %v\n%s", err, out)
+	}
+	if !strings.Contains(strings.Join(errs, "\n"), "w.go:5:6") {
+		t.Errorf("error not at w.go:5:6:\n%s", strings.Join(errs, "\n"))
+	}
+}
