@@ -232,3 +232,209 @@ func Charge() {}
 		t.Errorf("error not at w.go:5:6:\n%s", strings.Join(errs, "\n"))
 	}
 }
+
+// Held check. shadowedPredeclared scans the masked rendering
+// for every identifier named like a universe object; maskTypes masks the
+// type texts but not the names the output copies from the target: its
+// parameter names (and a method's receiver name). A package with the
+// pre-Go 1.21 helpers min and max, and a target whose parameters are
+// called min and max (or len, cap), is valid Go; the wrapper's parameters
+// shadow the package's functions locally, as the target's do. Held: the
+// wrapper renames such parameters (min1, max1), and a receiver name is
+// not counted.
+func TestAdversary51_ParamNamesLikePredeclared(t *testing.T) {
+	mod := adv46Module(t)
+	adv46Write(t, mod, map[string]string{
+		"pminmax/p.go": `package pminmax
+
+import "context"
+
+func max(a, b int) int {
+	if a > b {
+		return a
+	}
+	return b
+}
+
+var _ = max(1, 2)
+
+//lease:lock k:{id} deadline=5s
+func resize(ctx context.Context, id string, min, max int) error { return nil }
+`,
+		"precv/p.go": `package precv
+
+import "context"
+
+// cap is the package's default capacity.
+var cap = 8
+
+type Pool struct{ n int }
+
+//lease:lock k:{id} deadline=5s
+func (cap *Pool) grow(ctx context.Context, id string) error { return nil }
+`,
+	})
+	for _, pkg := range []string{"pminmax", "precv"} {
+		t.Run(pkg, func(t *testing.T) {
+			adv51GenerateAndBuild(t, mod, pkg, "linux")
+			if out, err := adv50Leasecheck(t, mod, pkg); err != nil || out != "" {
+				t.Errorf("leasecheck: %v\n%s", err, out)
+			}
+		})
+	}
+}
+
+// Finding 5. testClash finds a method of the receiver's type
+// in an unseen file by the receiver's base name (recvBase) and a field by
+// a struct literal declared under the type's own name (fieldNamed). Two
+// valid ways to give the windows build of T a member Charge escape both:
+//   - a method declared on an alias of T (type A = T; func (A) Charge()),
+//     which is a method of T;
+//   - T declared in the windows file as a defined type of another struct
+//     type (type T base), whose fields T has.
+// leasegen on linux exits 0 with a wrapper method Charge on *T, and
+// GOOS=windows go build fails ("field and method with the same name" /
+// "method T.Charge already declared").
+//
+// Breaks "when leasegen exits 0 the package builds on every platform".
+func TestAdversary51_ReceiverMemberThroughAliasOrDefinedType(t *testing.T) {
+	mod := adv46Module(t)
+	adv46Write(t, mod, map[string]string{
+		"ralias/p.go": `package ralias
+
+import "context"
+
+type T struct{ n int }
+
+//lease:lock k:{id} deadline=5s
+func (t *T) charge(ctx context.Context, id string) error { return nil }
+`,
+		"ralias/p_windows.go": `package ralias
+
+type A = T
+
+func (A) Charge() {}
+`,
+		"rdef/p.go": `package rdef
+
+import "context"
+
+//lease:lock k:{id} deadline=5s
+func (t *T) charge(ctx context.Context, id string) error { return nil }
+`,
+		"rdef/t_linux.go": `package rdef
+
+type T struct{ n int }
+`,
+		"rdef/t_windows.go": `package rdef
+
+type base struct {
+	n      int
+	Charge func()
+}
+
+type T base
+`,
+	})
+	for _, pkg := range []string{"ralias", "rdef"} {
+		t.Run(pkg, func(t *testing.T) {
+			if errs := adv46Generate(t, filepath.Join(mod, pkg)); errs != nil {
+				t.Logf("leasegen reported errors (acceptable):\n%s", strings.Join(errs, "\n"))
+				return
+			}
+			for _, goos := range []string{"linux", "windows"} {
+				if out, err := adv50Build(t, mod, pkg, "GOOS="+goos); err != nil {
+					t.Errorf("leasegen exited 0 but GOOS=%s go build fails: %v\n%s", goos, err, out)
+				}
+			}
+		})
+	}
+}
+
+// Held check: wrapper methods named like predeclared identifiers
+// (name=len, name=max on a method) are allowed, since a method does not
+// shadow anything; a package-level name=len is refused.
+func TestAdversary51_PredeclaredNamesOnMethods(t *testing.T) {
+	mod := adv46Module(t)
+	adv46Write(t, mod, map[string]string{
+		"mlen/p.go": `package mlen
+
+import "context"
+
+type Q struct{ items []string }
+
+//lease:lock k:{id} deadline=5s name=len
+func (q *Q) size(ctx context.Context, id string) error { return nil }
+
+//lease:lock k:{id} deadline=5s name=max
+func (q Q) top(ctx context.Context, id string) error { return nil }
+`,
+		"flen/p.go": `package flen
+
+import "context"
+
+//lease:lock k:{id} deadline=5s name=len
+func size(ctx context.Context, id string) error { return nil }
+`,
+	})
+	adv51GenerateAndBuild(t, mod, "mlen", "linux")
+	if out, err := adv50Leasecheck(t, mod, "mlen"); err != nil || out != "" {
+		t.Errorf("leasecheck: %v\n%s", err, out)
+	}
+	if errs := adv46Generate(t, filepath.Join(mod, "flen")); errs == nil {
+		t.Errorf("package-level name=len accepted:\n%s", adv50GenFile(mod, "flen"))
+	}
+}
+
+// Robustness: files leasegen only parses (another platform's, an internal
+// test file) that do not parse must not crash it. The partial ASTs the
+// parser returns (BadDecl, a FuncDecl without a body, a TypeSpec without a
+// type) reach declNames, fieldNamed and testClash.
+func TestAdversary51_BrokenUnseenFilesNoPanic(t *testing.T) {
+	broken := []string{
+		"package brk\n\nfunc (",
+		"package brk\n\ntype T struct{ Charge",
+		"package brk\n\ntype T\n",
+		"package brk\n\nfunc (T) Charge(\n",
+		"package brk\n\nimport . \n",
+		"package brk\n\nimport . \"\"\n",
+		"package brk\n\nimport . \"example.com/golden/nonexistent\"\n",
+		"package brk\n\nimport . \"../rel\"\n",
+		"package brk\n\nvar (\n",
+		"package brk\n\nfunc[T any] Charge() {}\n",
+		"package brk\n\ntype T[ struct{}\n",
+		"package brk\n\ntype T struct{ *[]Charge; (Charge) }\n",
+		"package brk\n\n\x00\xff",
+	}
+	for i, src := range broken {
+		for _, name := range []string{"x_windows.go", "x_internal_test.go"} {
+			t.Run(name+"/"+string(rune('a'+i)), func(t *testing.T) {
+				mod := adv46Module(t)
+				adv46Write(t, mod, map[string]string{
+					"brk/p.go": `package brk
+
+import "context"
+
+type T struct{ n int }
+
+//lease:lock k:{id} deadline=5s
+func charge(ctx context.Context, id string) error { return nil }
+
+//lease:lock k:{id} deadline=5s
+func (t *T) charge(ctx context.Context, id string) error { return nil }
+`,
+					"brk/" + name: src,
+				})
+				func() {
+					defer func() {
+						if r := recover(); r != nil {
+							t.Fatalf("leasegen panicked on %q in %s: %v", src, name, r)
+						}
+					}()
+					errs := adv46Generate(t, filepath.Join(mod, "brk"))
+					t.Logf("errors: %v", errs)
+				}()
+			})
+		}
+	}
+}
