@@ -292,6 +292,7 @@ func (cap *Pool) grow(ctx context.Context, id string) error { return nil }
 //     which is a method of T;
 //   - T declared in the windows file as a defined type of another struct
 //     type (type T base), whose fields T has.
+//
 // leasegen on linux exits 0 with a wrapper method Charge on *T, and
 // GOOS=windows go build fails ("field and method with the same name" /
 // "method T.Charge already declared").
