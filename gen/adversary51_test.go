@@ -563,3 +563,48 @@ func TestAdversary51_LineDirectiveHidesDotImportClash(t *testing.T) {
 		t.Errorf("leasegen exited 0 but GOOS=windows go build fails: %v\n%s", err, out)
 	}
 }
+
+// Finding 9. exportedNames asks `go list -find` for the
+// dot-imported package's directory, in leasegen's environment (this
+// GOOS). A platform-only package, the very case exportedNames is for, has
+// no Go files for this GOOS: go list fails ("build constraints exclude
+// all Go files"), exportedNames returns nil, and the clash is not
+// checked. Here winapi has only api_windows.go, exporting Charge; the
+// windows file of p dot-imports it; leasegen on linux exits 0 and
+// GOOS=windows go build fails ("Charge already declared through
+// dot-import").
+//
+// Breaks "when leasegen exits 0 the package builds on every platform".
+func TestAdversary51_DotImportOfPlatformOnlyPackage(t *testing.T) {
+	mod := adv46Module(t)
+	adv46Write(t, mod, map[string]string{
+		"winapi/api_windows.go": `package winapi
+
+var Thing = 1
+
+func Charge() {}
+`,
+		"dwin/p.go": `package dwin
+
+import "context"
+
+//lease:lock k:{id} deadline=5s
+func charge(ctx context.Context, id string) error { return nil }
+`,
+		"dwin/p_windows.go": `package dwin
+
+import . "example.com/golden/winapi"
+
+var _ = Thing
+`,
+	})
+	if errs := adv46Generate(t, filepath.Join(mod, "dwin")); errs != nil {
+		t.Logf("leasegen reported errors (acceptable):\n%s", strings.Join(errs, "\n"))
+		return
+	}
+	for _, goos := range []string{"linux", "windows"} {
+		if out, err := adv50Build(t, mod, "dwin", "GOOS="+goos); err != nil {
+			t.Errorf("leasegen exited 0 but GOOS=%s go build fails: %v\n%s", goos, err, out)
+		}
+	}
+}
