@@ -608,3 +608,44 @@ var _ = Thing
 		}
 	}
 }
+
+// Finding 10. parseTests passes over a //go:build ignore
+// internal test file for clashes (neverBuilt), but still collects every
+// _test.go file mentioning "lease:" for testDirectives, whatever its
+// build constraint: a test file no build ever compiles (a //go:build
+// ignore example program kept next to the tests, here one that shows how
+// a directive is written) makes leasegen refuse the package with
+// "//lease:lock in a test file", while leasecheck (which never sees that
+// file) finds nothing wrong. The same file named _example_test.go, or
+// without _test in its name, is passed over.
+//
+// Breaks "no false errors on valid code" (and leasegen and leasecheck
+// disagree).
+func TestAdversary51_IgnoredTestFileDirectives(t *testing.T) {
+	mod := adv46Module(t)
+	adv46Write(t, mod, map[string]string{
+		"igtest/p.go": `package igtest
+
+import "context"
+
+//lease:lock k:{id} deadline=5s
+func charge(ctx context.Context, id string) error { return nil }
+`,
+		"igtest/example_test.go": `//go:build ignore
+
+// An example of a directive, run with go run example_test.go.
+package main
+
+import "context"
+
+//lease:lock k:{id} deadline=5s
+func settle(ctx context.Context, id string) error { return nil }
+
+func main() {}
+`,
+	})
+	adv51GenerateAndBuild(t, mod, "igtest", "linux")
+	if out, err := adv50Leasecheck(t, mod, "igtest"); err != nil || out != "" {
+		t.Errorf("leasecheck: %v\n%s", err, out)
+	}
+}
