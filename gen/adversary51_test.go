@@ -661,6 +661,7 @@ func main() {}
 //   - a decorated interface that embeds an interface declared per
 //     platform: the linux decorator implements linux's method set only,
 //     and on windows leasedStore does not implement Store.
+//
 // leasegen (on linux) exits 0 with no error or warning, and GOOS=windows
 // go build fails. Nothing in the output is platform-specific by
 // construction, so leasegen could refuse (or warn about) a key part or
