@@ -717,3 +717,89 @@ type Base interface {
 		})
 	}
 }
+
+// Probe: a package-level declaration of each predeclared identifier, in
+// the package's own file or in another platform's file, next to targets
+// of every kind (a string key, an int key, a fenced lock, a generic
+// target, a leader, a decorator with a passthrough method). Either
+// leasegen refuses (at load, or with the shadow error), or the package
+// builds on linux and windows and vets: shadowedPredeclared renders the
+// model with the package's type texts masked, and a masked rendering that
+// hides one of leasegen's own uses would let a shadow through. A package
+// that does not build on both platforms before generation (the target's
+// own signature uses the shadowed name) is skipped. Held.
+func TestAdversary51_PredeclaredShadowMatrix(t *testing.T) {
+	// (A fuller list, with false, cap, copy, panic, clear, uintptr and
+	// recover, held too; trimmed for time.)
+	names := []string{"len", "nil", "true", "int64", "any", "make", "new", "append", "min",
+		"max", "iota", "comparable"}
+	mod := adv46Module(t)
+	files := map[string]string{}
+	var pkgs []string
+	for _, name := range names {
+		for _, where := range []string{"own", "win"} {
+			pkg := "shm" + strings.ReplaceAll(name, "_", "") + where
+			pkgs = append(pkgs, pkg)
+			files[pkg+"/p.go"] = "package " + pkg + `
+
+import "context"
+
+//lease:lock k:{id} deadline=5s
+func a(ctx context.Context, id string) error { return ctx.Err() }
+
+//lease:lock k:{n}:{u} deadline=5s fence
+func b(ctx context.Context, n int, u uint64, tok int64) error { return ctx.Err() }
+
+//lease:lock k:{id} deadline=5s
+func c[T interface{ ~int64 | ~string }](ctx context.Context, id string, v T) ([]T, error) {
+	var z []T
+	return z, ctx.Err()
+}
+
+type Jobs struct{}
+
+//lease:leader jobs:run
+func (j *Jobs) run(ctx context.Context) error { return ctx.Err() }
+
+type Store interface {
+	//lease:lock k:{id} deadline=5s
+	Put(ctx context.Context, id string) error
+	Get(id string) ([]byte, bool)
+}
+`
+			decl := "var " + name + " = 0\n"
+			if where == "own" {
+				files[pkg+"/shadow.go"] = "package " + pkg + "\n\n" + decl
+			} else {
+				files[pkg+"/shadow_windows.go"] = "package " + pkg + "\n\n" + decl
+			}
+		}
+	}
+	adv46Write(t, mod, files)
+	for _, pkg := range pkgs {
+		t.Run(pkg, func(t *testing.T) {
+			for _, goos := range []string{"linux", "windows"} {
+				if out, err := adv50Build(t, mod, pkg, "GOOS="+goos); err != nil {
+					t.Skipf("GOOS=%s: the package does not build before generation:\n%s", goos, out)
+				}
+			}
+			var errs []string
+			func() {
+				defer func() {
+					if r := recover(); r != nil {
+						t.Fatalf("leasegen panicked: %v", r)
+					}
+				}()
+				errs = adv46Generate(t, filepath.Join(mod, pkg))
+			}()
+			if errs != nil {
+				return // refused: acceptable
+			}
+			for _, goos := range []string{"linux", "windows"} {
+				if out, err := adv50Build(t, mod, pkg, "GOOS="+goos); err != nil {
+					t.Errorf("leasegen exited 0 but GOOS=%s go build fails: %v\n%s", goos, err, out)
+				}
+			}
+		})
+	}
+}
