@@ -7,6 +7,7 @@ package gen_test
 
 import (
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -801,5 +802,62 @@ type Store interface {
 				}
 			}
 		})
+	}
+}
+
+// Held check (stale loops): type-text names declared in every kind of
+// file leasegen or the analyzer may not type-check (a linux file, a
+// windows file, an internal test file for windows, a //go:build leasegen
+// file, a !leasegen file), with a dot import in the windows file:
+// leasecheck (go run, with tests) and go vet -vettool=leasecheck on linux
+// and windows agree the freshly generated file is current.
+func TestAdversary51_StaleAcrossPlatformsAndTests(t *testing.T) {
+	mod := adv46Module(t)
+	adv46Write(t, mod, map[string]string{
+		"dq/q.go": "package dq\n\nvar Thing = 1\n",
+		"stl/p.go": `package stl
+
+import "context"
+
+//lease:lock k:{id} deadline=5s
+func put(ctx context.Context, id string, A, B, C, D, E int, o struct{ A, B, C, D, E int }) error {
+	return nil
+}
+
+type Jobs struct{}
+
+//lease:lock k:{id} deadline=5s
+func (j *Jobs) get(ctx context.Context, id string, A int, o struct{ A int }) error { return nil }
+`,
+		"stl/a_linux.go":           "package stl\n\nvar A = 1\n",
+		"stl/b_windows.go":         "package stl\n\nimport . \"example.com/golden/dq\"\n\nvar B = Thing\n",
+		"stl/c_windows_test.go":    "package stl\n\nvar C = 1\n",
+		"stl/d_tag.go":             "//go:build leasegen\n\npackage stl\n\nvar D = 1\n",
+		"stl/e_notag.go":           "//go:build !leasegen\n\npackage stl\n\nvar E = 1\n",
+		"stl/stl_internal_test.go": "package stl\n\nimport \"testing\"\n\nfunc TestX(t *testing.T) {}\n",
+		"stl/stl_external_test.go": "package stl_test\n\nimport \"testing\"\n\nfunc TestY(t *testing.T) {}\n",
+	})
+	if errs := adv46Generate(t, filepath.Join(mod, "stl")); errs != nil {
+		t.Fatalf("leasegen: %s", strings.Join(errs, "\n"))
+	}
+	if out, err := adv50Leasecheck(t, mod, "stl"); err != nil || out != "" {
+		t.Errorf("leasecheck: %v\n%s\n--- lease_gen.go\n%s", err, out, adv50GenFile(mod, "stl"))
+	}
+	bin := filepath.Join(t.TempDir(), "leasecheck")
+	cmd := exec.Command("go", "build", "-o", bin, "github.com/leasegen/leasegen/cmd/leasecheck")
+	cmd.Dir = mod
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("build leasecheck: %v\n%s", err, out)
+	}
+	for _, goos := range []string{"linux", "windows"} {
+		cmd := exec.Command("go", "vet", "-vettool="+bin, "./stl")
+		cmd.Dir = mod
+		cmd.Env = append(os.Environ(), "GOOS="+goos, "GOARCH=amd64")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Errorf("GOOS=%s go vet -vettool=leasecheck: %v\n%s", goos, err, out)
+		}
+		if out, err := adv50Build(t, mod, "stl", "GOOS="+goos); err != nil {
+			t.Errorf("GOOS=%s go build: %v\n%s", goos, err, out)
+		}
 	}
 }
