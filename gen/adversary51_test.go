@@ -861,3 +861,58 @@ func (j *Jobs) get(ctx context.Context, id string, A int, o struct{ A int }) err
 		}
 	}
 }
+
+// Finding 12. newNamer reserves a type text's identifier when
+// the type-checked scope declares it or unseenNames (declNames of the
+// files the caller did not type-check) has it. declNames takes every
+// package-level FuncDecl name, init included, but init is never in a
+// package scope: a `func init()` counts when its file is unseen and not
+// when it is type-checked. A parameter named init next to a type text
+// that mentions init (a field) is renamed (init1) by the caller that does
+// not type-check the file with func init, and kept by the one that does:
+//   - windows.go holds func init: leasegen on linux renames, go vet
+//     -vettool=leasecheck with GOOS=windows keeps: stale forever there;
+//   - notag.go (//go:build !leasegen) holds func init: leasegen renames,
+//     leasecheck on linux keeps: stale forever.
+//
+// Breaks "leasecheck must agree the output is current".
+func TestAdversary51_InitFuncStaleLoop(t *testing.T) {
+	mod := adv46Module(t)
+	target := `
+
+import "context"
+
+//lease:lock k:{id} deadline=5s
+func put(ctx context.Context, id string, init int, o struct{ init int }) error { return nil }
+`
+	adv46Write(t, mod, map[string]string{
+		"initwin/p.go":       "package initwin" + target,
+		"initwin/windows.go": "//go:build windows\n\npackage initwin\n\nfunc init() {}\n",
+		"inittag/p.go":       "package inittag" + target,
+		"inittag/notag.go":   "//go:build !leasegen\n\npackage inittag\n\nfunc init() {}\n",
+	})
+	bin := filepath.Join(t.TempDir(), "leasecheck")
+	cmd := exec.Command("go", "build", "-o", bin, "github.com/leasegen/leasegen/cmd/leasecheck")
+	cmd.Dir = mod
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("build leasecheck: %v\n%s", err, out)
+	}
+	for _, pkg := range []string{"initwin", "inittag"} {
+		t.Run(pkg, func(t *testing.T) {
+			if errs := adv46Generate(t, filepath.Join(mod, pkg)); errs != nil {
+				t.Fatalf("leasegen: %s", strings.Join(errs, "\n"))
+			}
+			for _, goos := range []string{"linux", "windows"} {
+				if out, err := adv50Build(t, mod, pkg, "GOOS="+goos); err != nil {
+					t.Errorf("GOOS=%s go build: %v\n%s", goos, err, out)
+				}
+				cmd := exec.Command("go", "vet", "-vettool="+bin, "./"+pkg)
+				cmd.Dir = mod
+				cmd.Env = append(os.Environ(), "GOOS="+goos, "GOARCH=amd64")
+				if out, err := cmd.CombinedOutput(); err != nil {
+					t.Errorf("GOOS=%s go vet -vettool=leasecheck on the freshly generated package: %v\n%s\n--- lease_gen.go\n%s", goos, err, out, adv50GenFile(mod, pkg))
+				}
+			}
+		})
+	}
+}
