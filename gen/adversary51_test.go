@@ -916,3 +916,51 @@ func put(ctx context.Context, id string, init int, o struct{ init int }) error {
 		})
 	}
 }
+
+// Robustness: odd package shapes must give an error or generate, never
+// panic: a package whose only files are for another GOOS; one whose only
+// buildable file is an ignore program next to a windows file; a directory
+// of internal test files only, one with a directive (these held: an
+// unpositioned load error, or nothing generated).
+//
+// Finding 13 (subtest onlytag). A directive in a //go:build leasegen file
+// (a file only leasegen's own load takes, next to a doc.go so that the
+// package builds): leasegen (-tags leasegen) sees the function and
+// generates its wrapper, exits 0, and the output (//go:build !leasegen)
+// calls a function no other build compiles: go build fails on every
+// platform with "undefined: charge". Round 50 made names of such files
+// count for clashes; a directive in one should be an error at it (as a
+// directive in a file the build leaves out is unseen).
+//
+// Breaks "when leasegen exits 0 the package builds".
+func TestAdversary51_OddPackagesNoPanic(t *testing.T) {
+	mod := adv46Module(t)
+	target := "\n\nimport \"context\"\n\n//lease:lock k:{id} deadline=5s\nfunc charge(ctx context.Context, id string) error { return nil }\n"
+	adv46Write(t, mod, map[string]string{
+		"onlywin/p_windows.go": "package onlywin" + target,
+		"onlyign/gen.go":       "//go:build ignore\n\npackage main\n\nfunc main() {}\n",
+		"onlyign/p_windows.go": "package onlyign" + target,
+		"onlytest/p_test.go":   "package onlytest" + target,
+		"onlytest/q_test.go":   "package onlytest\n\nfunc Charge() {}\n",
+		"onlytag/p.go":         "//go:build leasegen\n\npackage onlytag" + target,
+		"onlytag/doc.go":       "// Package onlytag builds without the leasegen tag.\npackage onlytag\n",
+	})
+	for _, pkg := range []string{"onlywin", "onlyign", "onlytest", "onlytag"} {
+		t.Run(pkg, func(t *testing.T) {
+			defer func() {
+				if r := recover(); r != nil {
+					t.Fatalf("leasegen panicked: %v", r)
+				}
+			}()
+			errs := adv46Generate(t, filepath.Join(mod, pkg))
+			t.Logf("leasegen: %v", errs)
+			if errs == nil {
+				for _, goos := range []string{"linux", "windows"} {
+					if out, err := adv50Build(t, mod, pkg, "GOOS="+goos); err != nil && !strings.Contains(out, "build constraints exclude all Go files") && !strings.Contains(out, "no non-test Go files") {
+						t.Errorf("leasegen exited 0 but GOOS=%s go build fails: %v\n%s", goos, err, out)
+					}
+				}
+			}
+		})
+	}
+}
