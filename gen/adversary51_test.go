@@ -964,3 +964,24 @@ func TestAdversary51_OddPackagesNoPanic(t *testing.T) {
 		})
 	}
 }
+
+// Finding 14. A directory whose only files are tests, one
+// holding a //lease:lock directive: leasegen exits 0 and writes nothing,
+// silently ignoring the directive, where the same directive next to a
+// non-test file is an error ("//lease:lock in a test file"); leasecheck
+// (which loads the tests) reports it.
+//
+// Breaks "anything unsupported is a generate-time error" (leasegen and
+// leasecheck disagree).
+func TestAdversary51_TestOnlyDirectorySilent(t *testing.T) {
+	mod := adv46Module(t)
+	adv46Write(t, mod, map[string]string{
+		"tonly/p_test.go": "package tonly\n\nimport \"context\"\n\n//lease:lock k:{id} deadline=5s\nfunc charge(ctx context.Context, id string) error { return nil }\n",
+	})
+	errs := adv46Generate(t, filepath.Join(mod, "tonly"))
+	lc, lcErr := adv50Leasecheck(t, mod, "tonly")
+	t.Logf("leasecheck: %v\n%s", lcErr, lc)
+	if errs == nil {
+		t.Errorf("leasegen exited 0 with a //lease:lock in a test file (leasecheck: %v %s)", lcErr, lc)
+	}
+}
