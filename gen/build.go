@@ -89,6 +89,9 @@ func (g *pkgGen) files() []*ast.File {
 func declNames(files []*ast.File) map[string]token.Pos {
 	names := map[string]token.Pos{}
 	add := func(id *ast.Ident) {
+		if id.Name == "_" || id.Name == "init" {
+			return // declares nothing in the package block
+		}
 		if _, ok := names[id.Name]; !ok {
 			names[id.Name] = id.Pos()
 		}
@@ -135,13 +138,18 @@ func (g *pkgGen) testDirectives() {
 			tests = append(tests, f)
 		}
 	}
+	reportTestDirectives(g.errs, tests)
+}
+
+// reportTestDirectives reports the lease directives of test files.
+func reportTestDirectives(el *errList, tests []*ast.File) {
 	for _, f := range tests {
 		for _, cg := range f.Comments {
 			for _, c := range cg.List {
 				d, es := directive.Parse(c.Slash, c.Text)
-				g.errs.addAll(es)
+				el.addAll(es)
 				if d != nil && d.Name != directive.Ignore {
-					g.errorf(c.Slash, "//lease:%s in a test file: leasegen generates wrappers from non-test files only; move the function to a non-test file (tests call its wrapper), or call lease.Client.Do in the test", d.Name)
+					el.add(c.Slash, fmt.Sprintf("lease: //lease:%s in a test file: leasegen generates wrappers from non-test files only; move the function to a non-test file (tests call its wrapper), or call lease.Client.Do in the test", d.Name))
 				}
 			}
 		}
@@ -191,10 +199,23 @@ func (g *pkgGen) build() *templates.File {
 		}
 	}
 	for _, f := range g.files() {
+		// A file only leasegen's own load (-tags leasegen) takes: no other
+		// build compiles what it declares, which the output would call
+		// (TestAdversary51_OddPackagesNoPanic/onlytag).
+		tagOnly := needsTag(f, BuildTag)
+		refuse := func(ds []*directive.Directive) []*directive.Directive {
+			if !tagOnly {
+				return ds
+			}
+			for _, d := range ds {
+				g.errorf(d.Slash, "//lease:%s in a file whose build constraint needs the %s tag: only leasegen's own load takes it, and no other build compiles what it declares; move the declaration to a file that builds without it", d.Name, BuildTag)
+			}
+			return nil
+		}
 		for _, decl := range f.Decls {
 			switch decl := decl.(type) {
 			case *ast.FuncDecl:
-				if d := g.one(g.find(decl.Doc), "a function"); d != nil {
+				if d := g.one(refuse(g.find(decl.Doc)), "a function"); d != nil {
 					if w := g.funcWrapper(decl, d); w != nil {
 						m.Wrappers = append(m.Wrappers, w)
 					}
@@ -207,7 +228,7 @@ func (g *pkgGen) build() *templates.File {
 						continue
 					}
 					g.misplaced(g.find(ts.Doc), "a type")
-					if it, ok := ts.Type.(*ast.InterfaceType); ok {
+					if it, ok := ts.Type.(*ast.InterfaceType); ok && !tagOnly {
 						if d := g.decorator(ts, it); d != nil {
 							m.Decorators = append(m.Decorators, d)
 						}

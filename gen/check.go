@@ -55,11 +55,12 @@ func CheckPackage(fset *token.FileSet, files []*ast.File, pkg *types.Package, in
 	// build leaves out, as leasegen reads them from the directory: the
 	// rendering must not depend on whether files holds them (a package's
 	// test variant, a build with other tags) or not.
+	// Files by where they are, not where a //line comment says they are.
 	for _, f := range files {
-		if name := fset.Position(f.Pos()).Filename; !isTestFile(name) && !g.generated[name] {
+		if name := fset.PositionFor(f.Pos(), false).Filename; !isTestFile(name) && !g.generated[fset.Position(f.Pos()).Filename] {
 			seen := map[string]bool{}
 			for _, f := range files {
-				seen[fset.Position(f.Pos()).Filename] = true
+				seen[fset.PositionFor(f.Pos(), false).Filename] = true
 			}
 			_, internal := parseTests(fset, filepath.Dir(name), pkg.Name())
 			g.unseenNames = declNames(append(internal, parseOthers(fset, filepath.Dir(name), pkg.Name(), func(path string) bool { return seen[path] })...))

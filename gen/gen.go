@@ -139,6 +139,13 @@ func Generate(cfg Config) ([]File, error) {
 			cfg.Logf("leasegen: %s", p.PkgPath)
 		}
 		if orphaned[p] || p.Types == nil || len(p.GoFiles) == 0 && len(p.IgnoredFiles) == 0 {
+			if !orphaned[p] && len(p.GoFiles) == 0 && len(p.IgnoredFiles) == 0 && p.Dir != "" {
+				// A directory of tests only: their directives are errors,
+				// as next to non-test files
+				// (TestAdversary51_TestOnlyDirectorySilent).
+				tests, _ := parseTests(fset, p.Dir, p.Name)
+				reportTestDirectives(el, tests)
+			}
 			continue // (no Types: a cgo package without directives, see load)
 		}
 		g := newPkgGen(p, fset, el)
@@ -386,8 +393,11 @@ func parseTests(fset *token.FileSet, dir, pkgName string) (tests, internal []*as
 		}
 		directives := bytes.Contains(bytes.ToLower(src), []byte("lease:"))
 		isInternal := false
-		if f, _ := parser.ParseFile(token.NewFileSet(), name, src, parser.PackageClauseOnly|parser.ParseComments); f != nil && f.Name.Name == pkgName {
-			isInternal = !neverBuilt(f)
+		if f, _ := parser.ParseFile(token.NewFileSet(), name, src, parser.PackageClauseOnly|parser.ParseComments); f != nil {
+			if neverBuilt(f) {
+				continue // no build takes it: neither its directives nor its names matter
+			}
+			isInternal = f.Name.Name == pkgName
 		}
 		if !directives && !isInternal {
 			continue
@@ -457,15 +467,33 @@ func goSources(dir string) []string {
 // (the convention for a file no build takes, such as a //go:build ignore
 // program run with go run): no assignment of its other tags satisfies it
 // without. A constraint with more than 12 tags is taken as buildable.
-func neverBuilt(f *ast.File) bool {
-	var expr constraint.Expr
+func neverBuilt(f *ast.File) bool { return needsTag(f, "ignore") }
+
+// needsTag reports whether f's build constraint needs tag: no assignment
+// of its other tags satisfies it without. A constraint with more than 12
+// tags is taken as not needing it.
+func needsTag(f *ast.File, tag0 string) bool {
+	var expr, plus constraint.Expr
 	for _, cg := range f.Comments {
 		if cg.Pos() >= f.Package {
 			break
 		}
 		for _, c := range cg.List {
-			if constraint.IsGoBuild(c.Text) {
+			// //go:build, or (without one) the // +build lines it
+			// replaced, which the go command still honours.
+			switch {
+			case constraint.IsGoBuild(c.Text):
 				expr, _ = constraint.Parse(c.Text)
+				plus = nil
+			case constraint.IsPlusBuild(c.Text) && (expr == nil || plus != nil):
+				if x, err := constraint.Parse(c.Text); err == nil {
+					if plus == nil {
+						plus = x
+					} else {
+						plus = &constraint.AndExpr{X: plus, Y: x}
+					}
+					expr = plus
+				}
 			}
 		}
 	}
@@ -474,7 +502,7 @@ func neverBuilt(f *ast.File) bool {
 	}
 	var tags []string
 	expr.Eval(func(tag string) bool {
-		if tag != "ignore" && !slices.Contains(tags, tag) {
+		if tag != tag0 && !slices.Contains(tags, tag) {
 			tags = append(tags, tag)
 		}
 		return false

@@ -3,6 +3,7 @@ package gen
 import (
 	"fmt"
 	"go/ast"
+	"go/build"
 	"go/parser"
 	"go/scanner"
 	"go/token"
@@ -157,7 +158,38 @@ func (g *pkgGen) testClash(name string, recv *types.Named) string {
 	declared := func(id *ast.Ident) string {
 		return fmt.Sprintf("wrapper name %s is already declared at %s", name, g.errs.where(id.Pos())) + tail
 	}
-	for i, f := range append(slices.Clip(g.internalTests), g.others...) {
+	unseen := append(slices.Clip(g.internalTests), g.others...)
+	// The receiver's type under other names there: aliases (type A = T)
+	// declare methods of T; a definition on another type (type T base)
+	// takes base's fields.
+	recvNames := map[string]bool{}
+	var bases []string
+	if recv != nil {
+		recvNames[recv.Obj().Name()] = true
+		for _, f := range unseen {
+			for _, decl := range f.Decls {
+				gd, ok := decl.(*ast.GenDecl)
+				if !ok {
+					continue
+				}
+				for _, spec := range gd.Specs {
+					ts, ok := spec.(*ast.TypeSpec)
+					if !ok {
+						continue
+					}
+					id, ok := ts.Type.(*ast.Ident)
+					switch {
+					case !ok:
+					case ts.Assign.IsValid() && id.Name == recv.Obj().Name():
+						recvNames[ts.Name.Name] = true
+					case !ts.Assign.IsValid() && ts.Name.Name == recv.Obj().Name():
+						bases = append(bases, id.Name)
+					}
+				}
+			}
+		}
+	}
+	for i, f := range unseen {
 		if i == len(g.internalTests) {
 			tail = otherTail
 		}
@@ -170,7 +202,7 @@ func (g *pkgGen) testClash(name string, recv *types.Named) string {
 				if recv == nil && decl.Recv == nil {
 					return declared(decl.Name)
 				}
-				if recv != nil && decl.Recv != nil && len(decl.Recv.List) == 1 && recvBase(decl.Recv.List[0].Type) == recv.Obj().Name() {
+				if recv != nil && decl.Recv != nil && len(decl.Recv.List) == 1 && recvNames[recvBase(decl.Recv.List[0].Type)] {
 					return declared(decl.Name)
 				}
 			case *ast.GenDecl:
@@ -180,6 +212,11 @@ func (g *pkgGen) testClash(name string, recv *types.Named) string {
 					// name (TestAdversary50_ReceiverFieldInOtherPlatformType).
 					if id := fieldNamed(decl, recv.Obj().Name(), name); id != nil {
 						return fmt.Sprintf("wrapper name %s is a field of %s declared at %s", name, recv.Obj().Name(), g.errs.where(id.Pos())) + tail
+					}
+					for _, b := range bases {
+						if id := fieldNamed(decl, b, name); id != nil {
+							return fmt.Sprintf("wrapper name %s is a field of %s (declared as %s there) at %s", name, recv.Obj().Name(), b, g.errs.where(id.Pos())) + tail
+						}
 					}
 					continue
 				}
@@ -217,7 +254,12 @@ func (g *pkgGen) testClash(name string, recv *types.Named) string {
 				if !token.IsExported(name) {
 					continue
 				}
-				if known != nil && known.Scope().Lookup(name) != nil || known == nil && g.exportedNames(path)[name] {
+				// The package as leasegen loaded it is this platform's:
+				// for a file of another platform (named _GOOS), or a
+				// package only unseen files import, its source is read.
+				goos := fileGOOS(g.fset.PositionFor(f.Pos(), false).Filename)
+				if known != nil && (goos == "" || goos == buildContext(false).GOOS) && known.Scope().Lookup(name) != nil ||
+					(known == nil || goos != "" && goos != buildContext(false).GOOS) && g.exportedNames(path, goos)[name] {
 					return fmt.Sprintf("wrapper name %s is a name %s dot-imports from package %s (%s)", name, file, path, g.errs.where(spec.Pos())) + tail
 				}
 				continue
@@ -237,34 +279,56 @@ func (g *pkgGen) testClash(name string, recv *types.Named) string {
 }
 
 // exportedNames returns the exported package-level names of the package
-// at import path, which the package's type-checked files do not import
-// (only a test file or a file of another platform does, as a
-// platform-only package): its directory as go list finds it (without
-// loading its imports), its Go files read whatever their build
-// constraints. nil when it cannot be found.
-func (g *pkgGen) exportedNames(path string) map[string]bool {
-	if names, ok := g.exported[path]; ok {
+// at import path, read from its source files: for a package that only
+// unseen files import (a platform-only package), or one loaded for this
+// platform that a file of another (goos) dot-imports. Its directory is
+// found with go list -e -find (without loading its imports; a package
+// whose files are all for another platform has no build here). Its files
+// are read as that platform's build takes them (goos "": any platform's),
+// passing over test files, files no build takes and files of another
+// package (a //go:build ignore program). nil when it cannot be found.
+func (g *pkgGen) exportedNames(path, goos string) map[string]bool {
+	key := goos + " " + path
+	if names, ok := g.exported[key]; ok {
 		return names
 	}
 	if g.exported == nil {
 		g.exported = map[string]map[string]bool{}
 	}
 	var names map[string]bool
-	cmd := exec.Command("go", "list", "-find", "-f", "{{.Dir}}", "--", path)
+	cmd := exec.Command("go", "list", "-e", "-find", "-f", "{{.Dir}}", "--", path)
 	if len(g.pkg.Syntax) > 0 {
-		cmd.Dir = filepath.Dir(g.fset.Position(g.pkg.Syntax[0].Pos()).Filename)
+		// Where the file is, not where a //line comment says it is.
+		cmd.Dir = filepath.Dir(g.fset.PositionFor(g.pkg.Syntax[0].Pos(), false).Filename)
 	}
-	if out, err := cmd.Output(); err == nil {
+	if out, err := cmd.Output(); err == nil && strings.TrimSpace(string(out)) != "" {
 		dir := strings.TrimSpace(string(out))
+		ctx := build.Default
+		ctx.GOOS, ctx.CgoEnabled = goos, true
 		var files []*ast.File
+		count := map[string]int{}
 		for _, name := range goSources(dir) {
 			if isTestFile(name) {
 				continue
 			}
-			if f, _ := parser.ParseFile(token.NewFileSet(), name, nil, parser.SkipObjectResolution); f != nil {
+			if goos != "" {
+				if ok, err := ctx.MatchFile(dir, filepath.Base(name)); err != nil || !ok {
+					continue
+				}
+			}
+			if f, _ := parser.ParseFile(token.NewFileSet(), name, nil, parser.ParseComments|parser.SkipObjectResolution); f != nil && !neverBuilt(f) {
 				files = append(files, f)
+				count[f.Name.Name]++
 			}
 		}
+		// The package's name is its files' most common one.
+		pkgName := ""
+		for n, c := range count {
+			if c > count[pkgName] || c == count[pkgName] && n < pkgName {
+				pkgName = n
+			}
+		}
+		files = slices.DeleteFunc(files, func(f *ast.File) bool { return f.Name.Name != pkgName })
 		names = map[string]bool{}
 		for n := range declNames(files) {
 			if token.IsExported(n) {
@@ -272,8 +336,24 @@ func (g *pkgGen) exportedNames(path string) map[string]bool {
 			}
 		}
 	}
-	g.exported[path] = names
+	g.exported[key] = names
 	return names
+}
+
+// knownGOOS are the GOOS values a file name may end in (go tool dist list).
+var knownGOOS = []string{"aix", "android", "darwin", "dragonfly", "freebsd", "hurd", "illumos", "ios", "js", "linux", "netbsd", "openbsd", "plan9", "solaris", "wasip1", "windows", "zos"}
+
+// fileGOOS returns the GOOS a file's name restricts it to (x_windows.go,
+// x_windows_amd64.go, x_windows_test.go), or "".
+func fileGOOS(name string) string {
+	base := strings.TrimSuffix(strings.TrimSuffix(filepath.Base(name), ".go"), "_test")
+	parts := strings.Split(base, "_")
+	for i := len(parts) - 1; i >= 1 && i >= len(parts)-2; i-- {
+		if slices.Contains(knownGOOS, parts[i]) {
+			return parts[i]
+		}
+	}
+	return ""
 }
 
 // fieldNamed returns the field (or embedded field) called name of the
