@@ -566,6 +566,19 @@ var identRE = regexp.MustCompile(`[\pL_][\pL\pN_]*`)
 // files it only parses (internal tests, other platforms). It returns
 // whether it found any.
 func (g *pkgGen) shadowedPredeclared(m *templates.File) bool {
+	// Where it is, if the package declares a predeclared name at all:
+	// most declare none, and pay nothing more.
+	shadows := map[string]token.Pos{}
+	for _, name := range types.Universe.Names() {
+		if obj := g.pkg.Types.Scope().Lookup(name); obj != nil && !g.generated[g.fset.Position(obj.Pos()).Filename] {
+			shadows[name] = obj.Pos()
+		} else if p, ok := g.unseenNames[name]; ok {
+			shadows[name] = p
+		}
+	}
+	if len(shadows) == 0 {
+		return false
+	}
 	out, err := templates.Render(maskTypes(m))
 	if err != nil {
 		return false // the real rendering succeeded; nothing to add
@@ -591,13 +604,7 @@ func (g *pkgGen) shadowedPredeclared(m *templates.File) bool {
 	slices.Sort(names)
 	found := false
 	for _, name := range names {
-		pos := token.NoPos
-		if obj := g.pkg.Types.Scope().Lookup(name); obj != nil && !g.generated[g.fset.Position(obj.Pos()).Filename] {
-			pos = obj.Pos()
-		} else if p, ok := g.unseenNames[name]; ok {
-			pos = p
-		}
-		if pos.IsValid() {
+		if pos, ok := shadows[name]; ok {
 			g.errorf(pos, "package-level %s shadows the predeclared %s, which the generated wrappers use; rename it", name, name)
 			found = true
 		}
