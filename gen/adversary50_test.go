@@ -268,17 +268,9 @@ func F() {}
 			t.Logf("leasegen reported errors (acceptable): %s", strings.Join(errs, "\n"))
 			return
 		}
-		bin := filepath.Join(t.TempDir(), "leasecheck")
-		cmd := exec.Command("go", "build", "-o", bin, "github.com/leasegen/leasegen/cmd/leasecheck")
-		cmd.Dir = mod
-		if out, err := cmd.CombinedOutput(); err != nil {
-			t.Fatalf("build leasecheck: %v\n%s", err, out)
-		}
+		bin := adv50VetTool(t, mod)
 		for _, goos := range []string{"linux", "windows"} {
-			cmd := exec.Command("go", "vet", "-vettool="+bin, "./staleos")
-			cmd.Dir = mod
-			cmd.Env = append(os.Environ(), "GOOS="+goos, "GOARCH=amd64")
-			if out, err := cmd.CombinedOutput(); err != nil {
+			if out, err := adv50Vet(bin, mod, "./staleos", goos); err != nil {
 				t.Errorf("GOOS=%s go vet -vettool=leasecheck on the freshly generated package: %v\n%s", goos, err, out)
 			}
 		}
@@ -930,4 +922,25 @@ const true = false
 			t.Errorf("leasecheck: no %q in:\n%s", "chkpos/"+w, out)
 		}
 	}
+}
+
+// adv50VetTool builds cmd/leasecheck in mod, for go vet -vettool.
+func adv50VetTool(t *testing.T, mod string) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "leasecheck")
+	cmd := exec.Command("go", "build", "-o", bin, "github.com/leasegen/leasegen/cmd/leasecheck")
+	cmd.Dir = mod
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("build leasecheck: %v\n%s", err, out)
+	}
+	return bin
+}
+
+// adv50Vet runs go vet -vettool=bin on pkg (./name) in mod for goos
+// (amd64).
+func adv50Vet(bin, mod, pkg, goos string) ([]byte, error) {
+	cmd := exec.Command("go", "vet", "-vettool="+bin, pkg)
+	cmd.Dir = mod
+	cmd.Env = append(os.Environ(), "GOOS="+goos, "GOARCH=amd64")
+	return cmd.CombinedOutput()
 }

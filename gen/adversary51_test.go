@@ -7,7 +7,6 @@ package gen_test
 
 import (
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -782,17 +781,9 @@ func (j *Jobs) get(ctx context.Context, id string, A int, o struct{ A int }) err
 	if out, err := adv50Leasecheck(t, mod, "stl"); err != nil || out != "" {
 		t.Errorf("leasecheck: %v\n%s\n--- lease_gen.go\n%s", err, out, adv50GenFile(mod, "stl"))
 	}
-	bin := filepath.Join(t.TempDir(), "leasecheck")
-	cmd := exec.Command("go", "build", "-o", bin, "github.com/leasegen/leasegen/cmd/leasecheck")
-	cmd.Dir = mod
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("build leasecheck: %v\n%s", err, out)
-	}
+	bin := adv50VetTool(t, mod)
 	for _, goos := range []string{"linux", "windows"} {
-		cmd := exec.Command("go", "vet", "-vettool="+bin, "./stl")
-		cmd.Dir = mod
-		cmd.Env = append(os.Environ(), "GOOS="+goos, "GOARCH=amd64")
-		if out, err := cmd.CombinedOutput(); err != nil {
+		if out, err := adv50Vet(bin, mod, "./stl", goos); err != nil {
 			t.Errorf("GOOS=%s go vet -vettool=leasecheck: %v\n%s", goos, err, out)
 		}
 		if out, err := adv50Build(t, mod, "stl", "GOOS="+goos); err != nil {
@@ -830,12 +821,7 @@ func put(ctx context.Context, id string, init int, o struct{ init int }) error {
 		"inittag/p.go":       "package inittag" + target,
 		"inittag/notag.go":   "//go:build !leasegen\n\npackage inittag\n\nfunc init() {}\n",
 	})
-	bin := filepath.Join(t.TempDir(), "leasecheck")
-	cmd := exec.Command("go", "build", "-o", bin, "github.com/leasegen/leasegen/cmd/leasecheck")
-	cmd.Dir = mod
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("build leasecheck: %v\n%s", err, out)
-	}
+	bin := adv50VetTool(t, mod)
 	for _, pkg := range []string{"initwin", "inittag"} {
 		t.Run(pkg, func(t *testing.T) {
 			if errs := adv46Generate(t, filepath.Join(mod, pkg)); errs != nil {
@@ -845,10 +831,7 @@ func put(ctx context.Context, id string, init int, o struct{ init int }) error {
 				if out, err := adv50Build(t, mod, pkg, "GOOS="+goos); err != nil {
 					t.Errorf("GOOS=%s go build: %v\n%s", goos, err, out)
 				}
-				cmd := exec.Command("go", "vet", "-vettool="+bin, "./"+pkg)
-				cmd.Dir = mod
-				cmd.Env = append(os.Environ(), "GOOS="+goos, "GOARCH=amd64")
-				if out, err := cmd.CombinedOutput(); err != nil {
+				if out, err := adv50Vet(bin, mod, "./"+pkg, goos); err != nil {
 					t.Errorf("GOOS=%s go vet -vettool=leasecheck on the freshly generated package: %v\n%s\n--- lease_gen.go\n%s", goos, err, out, adv50GenFile(mod, pkg))
 				}
 			}
