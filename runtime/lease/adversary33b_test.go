@@ -475,7 +475,17 @@ func clusterGrown(t *testing.T) (*leasetest.Cluster, *lease.Client, *leasetest.R
 	cl := leasetest.StartClusterReplicas(t, 3, 1)
 	ctx := context.Background()
 	c, rec := newClient(t, cl.Client(t), lease.WithReplicas(1, 100*time.Millisecond))
-	if err := c.Do(ctx, "warm", lease.Spec{TTL: time.Second, Deadline: 2 * time.Second}, nop); err != nil {
+	// The warm-up (connections, scripts) may find a replica that a loaded
+	// machine has not scheduled within WAIT's 100ms: it tries again.
+	var err error
+	for try := 0; try < 10; try++ {
+		if err = c.Do(ctx, "warm", lease.Spec{TTL: time.Second, Deadline: 2 * time.Second}, nop); err == nil {
+			break
+		}
+		t.Logf("warm-up, try %d: %v", try, err)
+		time.Sleep(200 * time.Millisecond)
+	}
+	if err != nil {
 		t.Fatal(err)
 	}
 	actx, cancel := context.WithTimeout(ctx, 30*time.Second)
