@@ -340,41 +340,55 @@ func TestAdversary18_RefusedEntryKeptLease(t *testing.T) {
 func TestAdversary18_LeadRecampaignsAfterRefusal(t *testing.T) {
 	const ttl = 500 * time.Millisecond
 	c, obs := adv18Client(t, shared.Client(t))
-	key := uniqueKey(t)
-	obs.pauseOnce(300*time.Millisecond, false)
 	type entry struct {
 		left time.Duration
 		err  error
 	}
-	in := make(chan entry, 4)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() {
-		done <- c.Lead(ctx, key, lease.LeadSpec{TTL: ttl, Owner: "A", Backoff: 20 * time.Millisecond}, func(ctx context.Context) error {
-			l, _ := lease.FromContext(ctx)
-			in <- entry{l.Remaining(), ctx.Err()}
-			<-ctx.Done()
-			return nil
-		})
-	}()
-	var e entry
-	select {
-	case e = <-in:
-	case <-time.After(3 * time.Second):
-		t.Fatal("no term after the refusal")
-	}
-	cancel()
-	if err := <-done; err != nil {
-		t.Errorf("Lead = %v", err)
-	}
-	kinds := obs.kinds(key)
-	t.Logf("term entered with %v left (ctx %v); events %v", e.left, e.err, kinds)
-	if e.left < ttl/2-10*time.Millisecond || e.err != nil {
-		t.Errorf("term entered with %v left (MinValidity %v), ctx %v", e.left, ttl/2, e.err)
-	}
-	s := strings.Join(kinds, ",")
-	if !strings.Contains(s, "low_validity,released,done,acquired") {
-		t.Errorf("events %v: want the refused grant released and done before the next term", kinds)
+	// After the 300ms pause the grant's first renewal is due at once: on
+	// a loaded machine it may confirm the lease before the paused
+	// campaign looks, and the term then rightly starts on that grant.
+	// Such a try tests nothing: the next one (a new key) does.
+	for try := 0; ; try++ {
+		if try == 5 {
+			t.Fatal("every term started on its first grant: a renewal confirmed it before each entry check")
+		}
+		key := uniqueKey(t) + fmt.Sprint("-", try)
+		obs.pauseOnce(300*time.Millisecond, false)
+		in := make(chan entry, 4)
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() {
+			done <- c.Lead(ctx, key, lease.LeadSpec{TTL: ttl, Owner: "A", Backoff: 20 * time.Millisecond}, func(ctx context.Context) error {
+				l, _ := lease.FromContext(ctx)
+				in <- entry{l.Remaining(), ctx.Err()}
+				<-ctx.Done()
+				return nil
+			})
+		}()
+		var e entry
+		select {
+		case e = <-in:
+		case <-time.After(3 * time.Second):
+			t.Fatal("no term after the refusal")
+		}
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Lead = %v", err)
+		}
+		kinds := obs.kinds(key)
+		t.Logf("term entered with %v left (ctx %v); events %v", e.left, e.err, kinds)
+		if e.left < ttl/2-10*time.Millisecond || e.err != nil {
+			t.Errorf("term entered with %v left (MinValidity %v), ctx %v", e.left, ttl/2, e.err)
+		}
+		s := strings.Join(kinds, ",")
+		if !strings.Contains(s, "low_validity") && strings.HasPrefix(s, "acquired,renewed") {
+			t.Logf("try %d: a renewal confirmed the first grant before the entry check", try)
+			continue
+		}
+		if !strings.Contains(s, "low_validity,released,done,acquired") {
+			t.Errorf("events %v: want the refused grant released and done before the next term", kinds)
+		}
+		return
 	}
 }
 
