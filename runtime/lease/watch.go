@@ -87,6 +87,11 @@ func (c *Client) Watch(ctx context.Context, pattern string, every time.Duration,
 		}
 		return nil
 	}
+	// A read that failed because the watch ended: its ctx is done, or the
+	// Client is closing (the cancel above runs on a goroutine of its own,
+	// and a read cut by its own bound may fail first:
+	// TestAdversary29b_CloseLeavesNothingRunning, seen under load).
+	stopped := func() bool { return ctx.Err() != nil || c.closed.Load() }
 	if c.closed.Load() {
 		return ended()
 	}
@@ -101,7 +106,7 @@ func (c *Client) Watch(ctx context.Context, pattern string, every time.Duration,
 		filter = true
 	}
 	if err != nil {
-		if ctx.Err() != nil {
+		if stopped() {
 			return ended()
 		}
 		return fmt.Errorf("lease: watch: PSUBSCRIBE %s: %w (an ACL user needs the channel pattern &%s)", all, err, all)
@@ -110,7 +115,7 @@ func (c *Client) Watch(ctx context.Context, pattern string, every time.Duration,
 	msgs := ps.Channel()
 	w := &changeWatch{c: c, fn: fn, every: every, seen: map[string]seenLease{}, notes: map[string]string{}}
 	if err := w.scan(ctx, pattern, true); err != nil {
-		if ctx.Err() != nil {
+		if stopped() {
 			return ended()
 		}
 		return err
@@ -123,7 +128,7 @@ func (c *Client) Watch(ctx context.Context, pattern string, every time.Duration,
 			return ended()
 		case <-t.C:
 			if err := w.scan(ctx, pattern, false); err != nil {
-				if ctx.Err() != nil {
+				if stopped() {
 					return ended()
 				}
 				return err
@@ -142,7 +147,7 @@ func (c *Client) Watch(ctx context.Context, pattern string, every time.Duration,
 			info, err := c.Inspect(rctx, key)
 			cancel()
 			if err != nil {
-				if ctx.Err() != nil {
+				if stopped() {
 					return ended()
 				}
 				return err
