@@ -134,10 +134,7 @@ func f(ctx context.Context, id string, F int, opts struct{ F int }) error { retu
 			}
 		}
 	}
-	cmd := exec.Command("go", "run", "github.com/leasegen/leasegen/cmd/leasecheck", "./staleloop")
-	cmd.Dir = mod
-	out, err := cmd.CombinedOutput()
-	if err != nil || len(out) > 0 {
+	if out, err := adv50Leasecheck(t, mod, "staleloop"); err != nil || len(out) > 0 {
 		t.Fatalf("leasecheck on the freshly generated package (leasegen -check: up to date): %v\n%s", err, out)
 	}
 }
@@ -210,10 +207,7 @@ var time = 1
 				t.Errorf("leasecheck: %v\n%s", err, out)
 			}
 			for _, goos := range []string{"linux", "windows"} {
-				cmd := exec.Command("go", "build", "./"+pkg)
-				cmd.Dir = mod
-				cmd.Env = append(os.Environ(), "GOOS="+goos, "GOARCH=amd64")
-				if out, err := cmd.CombinedOutput(); err != nil {
+				if out, err := adv50Build(t, mod, pkg, "GOOS="+goos, "GOARCH=amd64"); err != nil {
 					t.Errorf("leasegen exited 0 but GOOS=%s go build fails: %v\n%s", goos, err, out)
 				}
 			}
