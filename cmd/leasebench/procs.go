@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -40,32 +41,45 @@ func osKinds() []kind {
 // last row is no lock but the floor under a fair handover (see relay).
 func contendedOSProcesses(addr string, kinds []kind) error {
 	fmt.Printf("## 2c. Contended across OS processes: %d worker processes × %d loops × %v hold on one key\n\n", *workers, *loops, *hold)
-	fmt.Println("| library | wall | wall / raw | handoffs to another worker | handoff gap p50 | mean | p99 | max wait | commands/lock | p99 wait |")
-	fmt.Println("|---|---|---|---|---|---|---|---|---|---|")
+	fmt.Println("| library | wall | wall / raw | handoffs to another worker | handoff gap p50 | mean | p99 | max wait | commands/lock | p99 wait | workers' CPU/lock | server CPU/lock |")
+	fmt.Println("|---|---|---|---|---|---|---|---|---|---|---|---|")
 	self, err := os.Executable()
 	if err != nil {
 		return err
 	}
+	stats := redis.NewClient(&redis.Options{Addr: addr})
+	defer stats.Close()
 	var rawWall time.Duration
 	for i, k := range kinds {
-		gs, wall, cmds, err := runWorkerProcesses(self, addr, i, fmt.Sprintf("os:%d", i))
+		r, err := runWorkerProcesses(self, addr, i, fmt.Sprintf("os:%d", i), stats)
 		if err != nil {
 			return fmt.Errorf("%s: %w", k.name, err)
 		}
 		if i == 0 {
-			rawWall = wall
+			rawWall = r.wall
 		}
-		contendedRow(k.name, gs, wall, rawWall, cmds)
+		n := time.Duration(len(r.grants))
+		contendedRow(k.name, r.grants, r.wall, rawWall, r.cmds, us(r.cpu/n), us(r.serverCPU/n))
 	}
 	fmt.Println()
 	return nil
 }
 
+// workersRun is what the workers of one library reported.
+type workersRun struct {
+	grants    []grant
+	wall      time.Duration
+	cmds      int64
+	cpu       time.Duration // the workers' CPU time (user + system) over their loops
+	serverCPU time.Duration // redis-server's (INFO cpu) from "go" to the last report
+}
+
 // runWorkerProcesses starts the workers of library kind, lets them go at
 // once when all are connected, and collects their grants. Wall time is
 // from the first ask to the last release, by the machine's clock (the
-// processes share it).
-func runWorkerProcesses(self, addr string, kind int, key string) ([]grant, time.Duration, int64, error) {
+// processes share it). stats reads the server's CPU time.
+func runWorkerProcesses(self, addr string, kind int, key string, stats *redis.Client) (workersRun, error) {
+	var r workersRun
 	type proc struct {
 		cmd   *exec.Cmd
 		in    io.WriteCloser
@@ -89,16 +103,16 @@ func runWorkerProcesses(self, addr string, kind int, key string) ([]grant, time.
 		in, err := cmd.StdinPipe()
 		if err != nil {
 			kill()
-			return nil, 0, 0, err
+			return r, err
 		}
 		out, err := cmd.StdoutPipe()
 		if err != nil {
 			kill()
-			return nil, 0, 0, err
+			return r, err
 		}
 		if err := cmd.Start(); err != nil {
 			kill()
-			return nil, 0, 0, err
+			return r, err
 		}
 		p := &proc{cmd: cmd, in: in, out: bufio.NewScanner(out)}
 		procs[w] = p
@@ -106,8 +120,13 @@ func runWorkerProcesses(self, addr string, kind int, key string) ([]grant, time.
 	for w, p := range procs {
 		if !p.out.Scan() || p.out.Text() != "ready" {
 			kill()
-			return nil, 0, 0, fmt.Errorf("worker %d did not start: %v", w, p.out.Err())
+			return r, fmt.Errorf("worker %d did not start: %v", w, p.out.Err())
 		}
+	}
+	cpu0, err := serverCPU(stats)
+	if err != nil {
+		kill()
+		return r, err
 	}
 	for _, p := range procs {
 		_, _ = io.WriteString(p.in, "go\n")
@@ -123,20 +142,27 @@ func runWorkerProcesses(self, addr string, kind int, key string) ([]grant, time.
 		}()
 	}
 	wg.Wait()
-	var gs []grant
-	var cmds int64
+	cpu1, err := serverCPU(stats)
+	if err != nil {
+		kill()
+		return r, err
+	}
+	r.serverCPU = cpu1 - cpu0
 	var first, last time.Time
 	for w, p := range procs {
 		if err := p.cmd.Wait(); err != nil {
 			kill()
-			return nil, 0, 0, fmt.Errorf("worker %d: %w", w, err)
+			return r, fmt.Errorf("worker %d: %w", w, err)
 		}
 		for _, l := range p.lines {
 			f := strings.Fields(l)
 			switch {
 			case len(f) == 2 && f[0] == "cmds":
 				n, _ := strconv.ParseInt(f[1], 10, 64)
-				cmds += n
+				r.cmds += n
+			case len(f) == 2 && f[0] == "cpu":
+				n, _ := strconv.ParseInt(f[1], 10, 64)
+				r.cpu += time.Duration(n)
 			case len(f) == 4 && f[0] == "g":
 				var t [3]time.Time
 				for j := range t {
@@ -150,16 +176,48 @@ func runWorkerProcesses(self, addr string, kind int, key string) ([]grant, time.
 				if g.rel.After(last) {
 					last = g.rel
 				}
-				gs = append(gs, g)
+				r.grants = append(r.grants, g)
 			default:
-				return nil, 0, 0, fmt.Errorf("worker %d: unexpected output %q", w, l)
+				return r, fmt.Errorf("worker %d: unexpected output %q", w, l)
 			}
 		}
 	}
-	if len(gs) != *workers**loops {
-		return nil, 0, 0, fmt.Errorf("%d grants reported, want %d", len(gs), *workers**loops)
+	if len(r.grants) != *workers**loops {
+		return r, fmt.Errorf("%d grants reported, want %d", len(r.grants), *workers**loops)
 	}
-	return gs, last.Sub(first), cmds, nil
+	r.wall = last.Sub(first)
+	return r, nil
+}
+
+// serverCPU is the CPU time redis-server has used (user + system, all
+// its threads), from INFO cpu.
+func serverCPU(rdb *redis.Client) (time.Duration, error) {
+	info, err := rdb.Info(context.Background(), "cpu").Result()
+	if err != nil {
+		return 0, err
+	}
+	var total time.Duration
+	for _, l := range strings.Split(info, "\n") {
+		name, v, ok := strings.Cut(strings.TrimSpace(l), ":")
+		if !ok || name != "used_cpu_sys" && name != "used_cpu_user" {
+			continue
+		}
+		s, err := strconv.ParseFloat(v, 64)
+		if err != nil {
+			return 0, fmt.Errorf("INFO cpu %s: %w", name, err)
+		}
+		total += time.Duration(s * float64(time.Second))
+	}
+	return total, nil
+}
+
+// processCPU is this process's CPU time (user + system) so far.
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // workerMain is one worker process of 2c: it connects, says "ready",
@@ -184,7 +242,7 @@ func workerMain() error {
 	if line, err := bufio.NewReader(os.Stdin).ReadString('\n'); err != nil || line != "go\n" {
 		return fmt.Errorf("no start signal: %q %v", line, err)
 	}
-	t0 := sent.n.Load()
+	t0, cpu0 := sent.n.Load(), processCPU()
 	out := make([]grant, 0, *loops)
 	for range *loops {
 		g, err := holdOnce(l, *workerKey)
@@ -193,12 +251,12 @@ func workerMain() error {
 		}
 		out = append(out, g)
 	}
-	cmds := sent.n.Load() - t0
+	cmds, cpu := sent.n.Load()-t0, processCPU()-cpu0
 	w := bufio.NewWriter(os.Stdout)
 	for _, g := range out {
 		fmt.Fprintf(w, "g %d %d %d\n", g.asked.UnixNano(), g.got.UnixNano(), g.rel.UnixNano())
 	}
-	fmt.Fprintf(w, "cmds %d\n", cmds)
+	fmt.Fprintf(w, "cmds %d\ncpu %d\n", cmds, cpu)
 	return w.Flush()
 }
 

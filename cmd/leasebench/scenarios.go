@@ -227,8 +227,8 @@ func contendedProcesses(addr string, kinds []kind) error {
 }
 
 // contendedRow prints one library's row of a cross-process table (2b,
-// 2c) from its grants.
-func contendedRow(name string, gs []grant, wall, rawWall time.Duration, cmds int64) {
+// 2c) from its grants; extra are more columns (2c's CPU times).
+func contendedRow(name string, gs []grant, wall, rawWall time.Duration, cmds int64, extra ...string) {
 	sort.Slice(gs, func(a, b int) bool { return gs[a].got.Before(gs[b].got) })
 	changed := 0
 	var waits, gap []time.Duration
@@ -246,9 +246,13 @@ func contendedRow(name string, gs []grant, wall, rawWall time.Duration, cmds int
 		gapSum += d
 	}
 	n := len(gs)
-	fmt.Printf("| %s | %v | %.2f× | %.0f%% | %s | %s | %s | %v | %.2f | %v |\n", name, wall.Round(time.Millisecond), float64(wall)/float64(rawWall),
+	fmt.Printf("| %s | %v | %.2f× | %.0f%% | %s | %s | %s | %v | %.2f | %v |", name, wall.Round(time.Millisecond), float64(wall)/float64(rawWall),
 		100*float64(changed)/float64(n-1), us(percentile(gap, 0.5)), us(gapSum/time.Duration(len(gap))), us(percentile(gap, 0.99)),
 		percentile(waits, 1).Round(time.Millisecond), float64(cmds)/float64(n), percentile(waits, 0.99).Round(time.Millisecond))
+	for _, e := range extra {
+		fmt.Printf(" %s |", e)
+	}
+	fmt.Println()
 }
 
 // 5. Kept leases: a process calling one key over and over keeps its lease
