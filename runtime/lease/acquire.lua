@@ -40,15 +40,27 @@ if fence then
   us = tonumber(t[1]) * 1000000 + tonumber(t[2])
   tok = string.format('%d', us)
 end
+-- SET NX GET (Redis 7.0) answers a held key's value in the same command:
+-- nil when it granted, the value when the key is held. Before 7.0 (NX
+-- with GET is a syntax error there) it is SET NX, then GET when held.
 -- With pcall: a server at maxmemory refuses the write (OOM) whether or
 -- not the key is free, but still answers the reads below, so that a held
 -- key is still busy (with its time left) for a call that will not wait
 -- and a replay still gets its own grant back, as when the key was read
 -- first; a free key is refused, and so is a call that would wait (its
 -- queue entry is a write: TestAdversary40_WaiterAtMaxmemory).
-local set = redis.pcall('SET', KEYS[1], ARGV[1] .. ':' .. tok, 'NX', 'PX', ARGV[2])
-local refused = type(set) == 'table' and set.err ~= nil
-if set and not refused then
+local val = ARGV[1] .. ':' .. tok
+local v = redis.pcall('SET', KEYS[1], val, 'NX', 'GET', 'PX', ARGV[2])
+if type(v) == 'table' and v.err and string.find(v.err, 'syntax', 1, true) then
+  v = redis.pcall('SET', KEYS[1], val, 'NX', 'PX', ARGV[2])
+  if not v then
+    v = redis.call('GET', KEYS[1])
+  elseif not v.err then
+    v = false -- granted
+  end
+end
+local refused = type(v) == 'table' and v.err ~= nil
+if not v then
   if fence then
     local nt, err = takeTok(KEYS[2], us, ARGV[4])
     if not nt then
@@ -68,8 +80,11 @@ if set and not refused then
   end
   return answer(tok)
 end
-local v = redis.call('GET', KEYS[1])
-if refused and not v then return set end
+local set = v
+if refused then
+  v = redis.call('GET', KEYS[1])
+  if not v then return set end
+end
 local sep = string.find(v, ':', 1, true)
 if sep and string.sub(v, 1, sep - 1) == ARGV[1] then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
@@ -83,8 +98,14 @@ if life > 0 then
     redis.pcall('PUBLISH', ARGV[7], 'w') -- best effort (an ACL may refuse it)
   end
   redis.call('HSET', KEYS[4], ARGV[6], (now + life) .. ':' .. ARGV[8])
+  -- The queue's expiry is lengthened to this entry's, never shortened
+  -- (another entry may live longer): by PEXPIRE GT (Redis 7.0), one
+  -- command. GT does not set an expiry on a key that has none (a queue
+  -- this call just made), and before 7.0 it is an error: read, then set.
   for i = 3, 4 do
-    if redis.call('PTTL', KEYS[i]) < life then redis.call('PEXPIRE', KEYS[i], life) end
+    if redis.pcall('PEXPIRE', KEYS[i], life, 'GT') ~= 1 and redis.call('PTTL', KEYS[i]) < life then
+      redis.call('PEXPIRE', KEYS[i], life)
+    end
   end
 end
 return -3 - pttl

@@ -50,6 +50,10 @@ func CallHasGrantPart(ctx context.Context) (has, ok bool) {
 // release.lua), for benchmarks that run it outside a call.
 var ReleaseScript = releaseScript.Script
 
+// AcquireSrc is the acquire script's source (token.lua and acquire.lua),
+// for tests that run it outside a call.
+var AcquireSrc = tokenSrc + acquireSrc
+
 // GlobMatch and ScanGlob are List's and Watch's matching of a glob over
 // user keys (glob.go).
 var (
