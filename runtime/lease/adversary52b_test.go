@@ -1,0 +1,115 @@
+package lease_test
+
+// Round 52: the acquire script of bd50cd3 (SET NX GET, PEXPIRE GT) run
+// against the one before it (eb0bdee) on the same states, and end to end.
+
+import (
+	"context"
+	"strings"
+
+	"github.com/leasegen/leasegen/runtime/lease"
+)
+
+// adv52OldAcquire is runtime/lease/acquire.lua at eb0bdee (before SET NX GET
+// and PEXPIRE GT); token.lua did not change in bd50cd3.
+const adv52OldAcquire = `-- acquire: grant the lease to ARGV[1] unless another identity holds it; a
+-- caller that will wait joins the key's queue, so that the release hands
+-- the lease to the first waiter instead of letting everyone race.
+-- KEYS[1] lock, KEYS[2] fence counter, KEYS[3] queue (zset: member by
+-- arrival), KEYS[4] queue expiries (hash: member -> ms) (same hash tag)
+-- ARGV[1] identity, ARGV[2] ttl ms, ARGV[3] "1" to mint a fencing token,
+-- ARGV[4] counter ttl ms, ARGV[5] queue entry lifetime ms (0: not
+-- waiting), ARGV[6] queue member (identity|ttl|fence|claim ms), ARGV[7]
+-- the key's release channel: a new waiter publishes "w" on it, so that a
+-- Client keeping the lease between calls (Spec.Keep) releases it,
+-- ARGV[8] this attempt's sequence number in its call: stored with the
+-- entry, so that the release's message tells the waiter which of its
+-- busy answers the handover came after (see release.lua)
+-- Returns one integer: the fencing token (0 unfenced) on a grant; when
+-- busy, -3 - the key's PTTL (-1: no key, -2: no expiry, -3 - n: n ms
+-- left). One integer is read without the allocations of an array reply.
+-- Replaying the same call (a client retry after a lost reply) answers the
+-- same grant again: the identity is compared, not just the key's existence.
+-- A grant the previous holder's release handed to this identity is found
+-- the same way; either way its TTL starts again now.
+-- (takeTok: token.lua, put before this script by scripts.go.)
+-- answer is a token as the script's answer: a number below 2^53, the
+-- digits above (a number would be rounded; the client reads either).
+local function answer(tok)
+  local n = tonumber(tok)
+  if n and n < 9007199254740992 then return n end
+  return tok
+end
+-- The grant is tried first, with SET NX: a free key (the common case)
+-- costs one command, not a read and a write. A fenced grant's value
+-- carries the time token (the server's time in microseconds), which is
+-- the token unless the counter is at or past it: the counter is written,
+-- and its old value read, only once the grant was made (takeTok), and in
+-- that rare case the value is written again with the counter's next.
+local life = tonumber(ARGV[5])
+local fence = ARGV[3] == '1'
+local tok, t, us = '0', nil, nil
+if fence then
+  t = redis.call('TIME')
+  us = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  tok = string.format('%d', us)
+end
+-- With pcall: a server at maxmemory refuses the write (OOM) whether or
+-- not the key is free, but still answers the reads below, so that a held
+-- key is still busy (with its time left) for a call that will not wait
+-- and a replay still gets its own grant back, as when the key was read
+-- first; a free key is refused, and so is a call that would wait (its
+-- queue entry is a write: TestAdversary40_WaiterAtMaxmemory).
+local set = redis.pcall('SET', KEYS[1], ARGV[1] .. ':' .. tok, 'NX', 'PX', ARGV[2])
+local refused = type(set) == 'table' and set.err ~= nil
+if set and not refused then
+  if fence then
+    local nt, err = takeTok(KEYS[2], us, ARGV[4])
+    if not nt then
+      -- The counter is not a string (set from outside): no grant.
+      redis.call('DEL', KEYS[1])
+      return err
+    end
+    if nt ~= tok then
+      tok = nt
+      redis.call('SET', KEYS[1], ARGV[1] .. ':' .. tok, 'PX', ARGV[2])
+    end
+  end
+  -- Out of the queue, if an earlier acquire of this call put it there;
+  -- its entry's expiry only then (the two are written together).
+  if life > 0 and redis.call('ZREM', KEYS[3], ARGV[6]) == 1 then
+    redis.call('HDEL', KEYS[4], ARGV[6])
+  end
+  return answer(tok)
+end
+local v = redis.call('GET', KEYS[1])
+if refused and not v then return set end
+local sep = string.find(v, ':', 1, true)
+if sep and string.sub(v, 1, sep - 1) == ARGV[1] then
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  return answer(string.sub(v, sep + 1))
+end
+local pttl = redis.call('PTTL', KEYS[1])
+if life > 0 then
+  t = t or redis.call('TIME')
+  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  if redis.call('ZADD', KEYS[3], 'NX', tonumber(t[1]) * 1000000 + tonumber(t[2]), ARGV[6]) == 1 then
+    redis.pcall('PUBLISH', ARGV[7], 'w') -- best effort (an ACL may refuse it)
+  end
+  redis.call('HSET', KEYS[4], ARGV[6], (now + life) .. ':' .. ARGV[8])
+  for i = 3, 4 do
+    if redis.call('PTTL', KEYS[i]) < life then redis.call('PEXPIRE', KEYS[i], life) end
+  end
+end
+return -3 - pttl
+`
+
+// adv52Token is token.lua, the part of lease.AcquireSrc before acquire.lua.
+func adv52Token() string {
+	i := strings.Index(lease.AcquireSrc, "-- acquire: grant the lease")
+	return lease.AcquireSrc[:i]
+}
+
+func adv52OldSrc() string { return adv52Token() + adv52OldAcquire }
+
+var _ = context.Background
