@@ -5,9 +5,18 @@ package lease_test
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/leasegen/leasegen/runtime/lease"
+	"github.com/leasegen/leasegen/runtime/leasetest"
 )
 
 // adv52OldAcquire is runtime/lease/acquire.lua at eb0bdee (before SET NX GET
@@ -113,3 +122,174 @@ func adv52Token() string {
 func adv52OldSrc() string { return adv52Token() + adv52OldAcquire }
 
 var _ = context.Background
+
+// adv52Shim makes SET NX GET and PEXPIRE GT syntax errors, as a server
+// before 7.0 answers them (the stand-in of TestAcquireScriptBeforeRedis7).
+const adv52Shim = `local redis = setmetatable({pcall = function(...)
+  local a = {...}
+  local cmd, opts = string.upper(a[1]), {}
+  for i = 2, #a do opts[string.upper(tostring(a[i]))] = true end
+  if cmd == 'SET' and opts.NX and opts.GET or cmd == 'PEXPIRE' and opts.GT then
+    return {err = 'ERR syntax error'}
+  end
+  return redis.pcall(...)
+end}, {__index = redis})
+`
+
+// TestAdversary52_BeforeRedis7SameAsOld runs every case of
+// TestAdversary52_SameAsOld with the new script under the stand-in for a
+// server before 7.0 (its fallbacks: SET NX then GET, PTTL then PEXPIRE)
+// and the old script: the claim is the same outcomes.
+func TestAdversary52_BeforeRedis7SameAsOld(t *testing.T) {
+	srv := leasetest.StartRedis(t, "--maxmemory-policy", "noeviction")
+	admin := srv.Client(t)
+	users := map[string]*redis.Client{}
+	oldSrc := adv52OldSrc()
+	diffs := 0
+	for _, c := range adv52Cases() {
+		or, os := adv52Run(t, srv, admin, users, c, oldSrc)
+		nr, ns := adv52Run(t, srv, admin, users, c, adv52Shim+lease.AcquireSrc)
+		if or != nr || os != ns {
+			diffs++
+			t.Errorf("%s:\n  old: %s\n       %s\n  new before 7.0: %s\n       %s", c.name, or, os, nr, ns)
+		}
+	}
+	t.Logf("%d cases, %d differ", len(adv52Cases()), diffs)
+}
+
+// TestAdversary52_FencedWaitersAcrossClients: four Clients on one server,
+// each with three goroutines doing fenced, waiting Do calls on one key
+// (every busy acquire runs the new script's SET NX GET and PEXPIRE GT):
+// no two bodies overlap, each grant's token is strictly greater than every
+// earlier one's, every call succeeds (the waits are long enough), and the
+// queue is left empty or expiring.
+func TestAdversary52_FencedWaitersAcrossClients(t *testing.T) {
+	srv := leasetest.StartRedis(t)
+	key := uniqueKey(t)
+	var clients []*lease.Client
+	for i := 0; i < 4; i++ {
+		c, _ := newClient(t, srv.Client(t))
+		clients = append(clients, c)
+	}
+	var (
+		mu      sync.Mutex
+		inside  int
+		last    lease.Token
+		grants  int
+		overlap int
+		badTok  []string
+	)
+	var wg sync.WaitGroup
+	errs := make(chan error, 100)
+	for ci, c := range clients {
+		for g := 0; g < 3; g++ {
+			wg.Add(1)
+			go func(c *lease.Client, name string) {
+				defer wg.Done()
+				for i := 0; i < 5; i++ {
+					err := c.Do(context.Background(), key, lease.Spec{TTL: 3 * time.Second, Deadline: 40 * time.Second, Wait: 30 * time.Second, Fence: true},
+						func(ctx context.Context) error {
+							l, ok := lease.FromContext(ctx)
+							if !ok {
+								return errors.New("no lease in ctx")
+							}
+							mu.Lock()
+							inside++
+							if inside > 1 {
+								overlap++
+							}
+							if l.Token() <= last {
+								badTok = append(badTok, fmt.Sprintf("%s: token %d after %d", name, l.Token(), last))
+							}
+							last = l.Token()
+							grants++
+							mu.Unlock()
+							time.Sleep(3 * time.Millisecond)
+							mu.Lock()
+							inside--
+							mu.Unlock()
+							return nil
+						})
+					if err != nil {
+						errs <- fmt.Errorf("%s call %d: %w", name, i, err)
+					}
+				}
+			}(c, fmt.Sprintf("c%d/g%d", ci, g))
+		}
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	if overlap != 0 {
+		t.Errorf("%d bodies ran while another held the lease", overlap)
+	}
+	for _, s := range badTok {
+		t.Error(s)
+	}
+	if grants != 4*3*5 {
+		t.Errorf("%d grants, want %d", grants, 4*3*5)
+	}
+	admin := srv.Client(t)
+	ctx := context.Background()
+	keys, _ := admin.Keys(ctx, "*").Result()
+	for _, k := range keys {
+		if d, _ := admin.Do(ctx, "PTTL", k).Int64(); d == -1 {
+			t.Errorf("key %s (%s) left without expiry", k, admin.Type(ctx, k).Val())
+		}
+	}
+	t.Logf("%d grants, last token %d, keys left %v", grants, last, keys)
+}
+
+// TestAdversary52_ClusterWaitingDo: a waiting, fenced Do on a Cluster
+// (the script's keys share a hash tag; SET NX GET and PEXPIRE GT there):
+// a waiter gets the lease once the holder's body returns, with a greater
+// token, and the holder's body is over by then.
+func TestAdversary52_ClusterWaitingDo(t *testing.T) {
+	cl := leasetest.StartCluster(t, 3)
+	a, _ := newClient(t, cl.Client(t))
+	b, _ := newClient(t, cl.Client(t))
+	key := uniqueKey(t)
+	ctx := context.Background()
+	held := make(chan lease.Token, 1)
+	var holderDone atomic.Bool
+	release := make(chan struct{})
+	herr := make(chan error, 1)
+	go func() {
+		herr <- a.Do(ctx, key, lease.Spec{TTL: 3 * time.Second, Deadline: 20 * time.Second, Wait: 10 * time.Second, Fence: true}, func(ctx context.Context) error {
+			l, _ := lease.FromContext(ctx)
+			held <- l.Token()
+			<-release
+			holderDone.Store(true)
+			return nil
+		})
+	}()
+	var htok lease.Token
+	select {
+	case htok = <-held:
+	case err := <-herr:
+		t.Fatalf("holder's Do: %v", err)
+	case <-time.After(15 * time.Second):
+		t.Fatal("holder never entered")
+	}
+	time.AfterFunc(500*time.Millisecond, func() { close(release) })
+	var wtok lease.Token
+	err := b.Do(ctx, key, lease.Spec{TTL: 3 * time.Second, Deadline: 20 * time.Second, Wait: 10 * time.Second, Fence: true}, func(ctx context.Context) error {
+		if !holderDone.Load() {
+			t.Error("waiter entered while the holder's body ran")
+		}
+		l, _ := lease.FromContext(ctx)
+		wtok = l.Token()
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("waiter's Do: %v", err)
+	}
+	if err := <-herr; err != nil {
+		t.Fatalf("holder's Do: %v", err)
+	}
+	if wtok <= htok {
+		t.Errorf("waiter's token %d, not greater than the holder's %d", wtok, htok)
+	}
+}
