@@ -293,3 +293,78 @@ func TestAdversary52_ClusterWaitingDo(t *testing.T) {
 		t.Errorf("waiter's token %d, not greater than the holder's %d", wtok, htok)
 	}
 }
+
+// TestAdversary52_LostRepliesWhileWaiting: a fenced waiter behind a
+// holder, through a proxy that drops one reply (and its connection) at a
+// time, again and again while the waiter's busy acquires and its grant
+// run on the server: go-redis retries the script, which answers a busy
+// waiter busy again and the waiter's own grant again (a replay). The
+// waiter must get the lease exactly once, after the holder, with a token
+// greater than the holder's, and the queue must be left expiring.
+func TestAdversary52_LostRepliesWhileWaiting(t *testing.T) {
+	srv := leasetest.StartRedis(t)
+	p := leasetest.StartProxy(t, srv.Addr())
+	direct, _ := newClient(t, srv.Client(t))
+	viaRdb := redis.NewClient(&redis.Options{Addr: p.Addr(), MaxRetries: 10, MinRetryBackoff: time.Millisecond, MaxRetryBackoff: 5 * time.Millisecond})
+	t.Cleanup(func() { viaRdb.Close() })
+	via, _ := newClient(t, viaRdb)
+	ctx := context.Background()
+	for round := 0; round < 5; round++ {
+		key := uniqueKey(t)
+		entered := make(chan lease.Token, 1)
+		var holderOver atomic.Bool
+		herr := make(chan error, 1)
+		go func() {
+			herr <- direct.Do(ctx, key, lease.Spec{TTL: 2 * time.Second, Deadline: 10 * time.Second, Fence: true}, func(ctx context.Context) error {
+				l, _ := lease.FromContext(ctx)
+				entered <- l.Token()
+				time.Sleep(400 * time.Millisecond)
+				holderOver.Store(true)
+				return nil
+			})
+		}()
+		htok := <-entered
+		stop := make(chan struct{})
+		go func() {
+			for {
+				select {
+				case <-stop:
+					return
+				case <-time.After(time.Duration(20+round*37) * time.Millisecond):
+					p.Set(leasetest.CutNextReply)
+				}
+			}
+		}()
+		var grants int
+		var wtok lease.Token
+		err := via.Do(ctx, key, lease.Spec{TTL: 2 * time.Second, Deadline: 15 * time.Second, Wait: 10 * time.Second, Fence: true}, func(ctx context.Context) error {
+			l, _ := lease.FromContext(ctx)
+			grants++
+			wtok = l.Token()
+			if !holderOver.Load() {
+				t.Errorf("round %d: waiter entered while the holder's body ran", round)
+			}
+			return nil
+		})
+		close(stop)
+		p.Set(leasetest.Pass)
+		if e := <-herr; e != nil {
+			t.Errorf("round %d: holder: %v", round, e)
+		}
+		if err != nil {
+			t.Errorf("round %d: waiter: %v (cuts so far %d)", round, err, p.Cut())
+			continue
+		}
+		if grants != 1 || wtok <= htok {
+			t.Errorf("round %d: waiter entered %d times, token %d after the holder's %d", round, grants, wtok, htok)
+		}
+		admin := srv.Client(t)
+		keys, _ := admin.Keys(ctx, "*{"+key+"}*").Result()
+		for _, k := range keys {
+			if d, _ := admin.Do(ctx, "PTTL", k).Int64(); d == -1 {
+				t.Errorf("round %d: key %s (%s) left without expiry", round, k, admin.Type(ctx, k).Val())
+			}
+		}
+	}
+	t.Logf("replies cut: %d", p.Cut())
+}
