@@ -368,3 +368,87 @@ func TestAdversary52_LostRepliesWhileWaiting(t *testing.T) {
 	}
 	t.Logf("replies cut: %d", p.Cut())
 }
+
+// TestAdversary52_ReplicaSeesQueueExpiry: Clients with a replica
+// (WithReplicas) queue behind a holder with different waits; the queue's
+// expiry set by PEXPIRE GT (propagated to the replica as PEXPIREAT ... GT)
+// must be the same on the replica as on the master, the queue must
+// always have one, and every waiter must get the lease in turn.
+func TestAdversary52_ReplicaSeesQueueExpiry(t *testing.T) {
+	m := leasetest.StartRedis(t)
+	r := m.StartReplica(t)
+	m.WaitReplicas(t, r)
+	admin, radmin := m.Client(t), r.Client(t)
+	ctx := context.Background()
+	key := uniqueKey(t)
+	holder, _ := newClient(t, m.Client(t), lease.WithReplicas(1, 2*time.Second))
+	entered := make(chan struct{})
+	release := make(chan struct{})
+	herr := make(chan error, 1)
+	go func() {
+		herr <- holder.Do(ctx, key, lease.Spec{TTL: 3 * time.Second, Deadline: 20 * time.Second, Fence: true}, func(context.Context) error {
+			close(entered)
+			<-release
+			return nil
+		})
+	}()
+	<-entered
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var order []lease.Token
+	for i, wait := range []time.Duration{4 * time.Second, 9 * time.Second, 2 * time.Second} {
+		c, _ := newClient(t, m.Client(t), lease.WithReplicas(1, 2*time.Second))
+		wg.Add(1)
+		go func(i int, wait time.Duration) {
+			defer wg.Done()
+			err := c.Do(ctx, key, lease.Spec{TTL: 3 * time.Second, Deadline: wait + 5*time.Second, Wait: wait, Fence: true}, func(ctx context.Context) error {
+				l, _ := lease.FromContext(ctx)
+				mu.Lock()
+				order = append(order, l.Token())
+				mu.Unlock()
+				return nil
+			})
+			if err != nil {
+				t.Errorf("waiter %d (wait %v): %v", i, wait, err)
+			}
+		}(i, wait)
+		time.Sleep(150 * time.Millisecond)
+	}
+	time.Sleep(300 * time.Millisecond)
+	if err := m.WaitSync(ctx, r); err != nil {
+		t.Fatal(err)
+	}
+	keys, _ := admin.Keys(ctx, "*{"+key+"}*").Result()
+	sawQueue := false
+	for _, k := range keys {
+		typ := admin.Type(ctx, k).Val()
+		mt, _ := admin.Do(ctx, "PEXPIRETIME", k).Int64()
+		rt, _ := radmin.Do(ctx, "PEXPIRETIME", k).Int64()
+		t.Logf("%s %s: master expires at %d, replica at %d", k, typ, mt, rt)
+		if typ == "zset" || typ == "hash" {
+			sawQueue = true
+			if mt < 0 {
+				t.Errorf("queue key %s has no expiry on the master (%d)", k, mt)
+			}
+		}
+		if mt != rt {
+			t.Errorf("%s (%s): master's expiry %d, replica's %d", k, typ, mt, rt)
+		}
+	}
+	if !sawQueue {
+		t.Errorf("no queue keys while three waiters waited: %v", keys)
+	}
+	close(release)
+	if err := <-herr; err != nil {
+		t.Errorf("holder: %v", err)
+	}
+	wg.Wait()
+	if len(order) != 3 {
+		t.Fatalf("%d waiters got the lease, want 3", len(order))
+	}
+	for i := 1; i < len(order); i++ {
+		if order[i] <= order[i-1] {
+			t.Errorf("tokens not increasing: %v", order)
+		}
+	}
+}
