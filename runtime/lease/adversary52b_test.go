@@ -452,3 +452,74 @@ func TestAdversary52_ReplicaSeesQueueExpiry(t *testing.T) {
 		}
 	}
 }
+
+// TestAdversary52_NoGetUserBusyCall: an ACL user that may run every
+// command but GET (its Client's release and renewal scripts read the key
+// with GET). Before bd50cd3 its acquire of a held key read the key with
+// GET too, and was refused at once (NOPERM): the call failed before it
+// queued. The claim: every outcome is the old script's. Here the held
+// key's value comes back with SET NX GET, so the call is answered busy,
+// queues and waits. What it then does is logged: whether it gets the
+// lease, and whether the key is left held (its release refused) after it.
+func TestAdversary52_NoGetUserBusyCall(t *testing.T) {
+	srv := leasetest.StartRedis(t)
+	admin := srv.Client(t)
+	ctx := context.Background()
+	holder, _ := newClient(t, srv.Client(t))
+	user := srv.ACLUser(t, "noget", "pw", "~*", "&*", "+@all", "-get")
+	c, _ := newClient(t, user)
+	key := uniqueKey(t)
+	entered := make(chan struct{})
+	herr := make(chan error, 1)
+	go func() {
+		herr <- holder.Do(ctx, key, lease.Spec{TTL: 2 * time.Second, Deadline: 10 * time.Second}, func(context.Context) error {
+			close(entered)
+			time.Sleep(700 * time.Millisecond)
+			return nil
+		})
+	}()
+	<-entered
+	start := time.Now()
+	ran := false
+	err := c.Do(ctx, key, lease.Spec{TTL: 5 * time.Second, Deadline: 10 * time.Second, Wait: 5 * time.Second, Fence: true}, func(context.Context) error {
+		ran = true
+		return nil
+	})
+	took := time.Since(start)
+	after, _ := admin.Do(ctx, "PTTL", lockKey(key)).Int64()
+	t.Logf("no-GET user's waiting Do on a held key: err=%v, body ran=%v, took %v; the key's PTTL after it: %d ms", err, ran, took.Round(time.Millisecond), after)
+	if e := <-herr; e != nil {
+		t.Errorf("holder: %v", e)
+	}
+	if err == nil || !strings.Contains(err.Error(), "NOPERM") && !strings.Contains(err.Error(), "permissions") || ran {
+		t.Errorf("the old script refused this call at once (NOPERM: its GET of the held key); got err=%v, body ran=%v after %v", err, ran, took.Round(time.Millisecond))
+	}
+}
+
+// TestAdversary52_NoGetUserFreeKey is the control of
+// TestAdversary52_NoGetUserBusyCall: on a free key the no-GET user's
+// acquire never read the key, before bd50cd3 or after (SET NX, or SET NX
+// GET answering nil), so its call runs with either script. Its release
+// (release.lua reads the key with GET) is refused: documented, reported as
+// EventReleaseUnconfirmed, the TTL ends the hold.
+func TestAdversary52_NoGetUserFreeKey(t *testing.T) {
+	srv := leasetest.StartRedis(t)
+	admin := srv.Client(t)
+	ctx := context.Background()
+	user := srv.ACLUser(t, "noget", "pw", "~*", "&*", "+@all", "-get")
+	c, rec := newClient(t, user)
+	key := uniqueKey(t)
+	ran := false
+	err := c.Do(ctx, key, lease.Spec{TTL: 5 * time.Second, Deadline: 10 * time.Second, Wait: 2 * time.Second, Fence: true}, func(context.Context) error {
+		ran = true
+		return nil
+	})
+	after, _ := admin.Do(ctx, "PTTL", lockKey(key)).Int64()
+	t.Logf("no-GET user's Do on a free key: err=%v, body ran=%v; the key's PTTL after it: %d ms", err, ran, after)
+	if err != nil || !ran {
+		t.Errorf("free key: err=%v, body ran=%v, want a grant (as before bd50cd3)", err, ran)
+	}
+	if after > 0 && rec.Count(lease.EventReleaseUnconfirmed) != 1 {
+		t.Errorf("the key is still held %d ms after Do, and %d release_unconfirmed events were reported, want 1", after, rec.Count(lease.EventReleaseUnconfirmed))
+	}
+}
