@@ -523,3 +523,109 @@ func TestAdversary52_NoGetUserFreeKey(t *testing.T) {
 		t.Errorf("the key is still held %d ms after Do, and %d release_unconfirmed events were reported, want 1", after, rec.Count(lease.EventReleaseUnconfirmed))
 	}
 }
+
+// adv52PreSevenHook runs the Client's acquire script with the pre-7.0
+// stand-in in front of it: its EVALSHA (or EVAL) of the acquire script
+// becomes an EVAL of adv52Shim + the script, so that real Client traffic
+// takes the script's fallbacks (SET NX then GET, PTTL then PEXPIRE).
+type adv52PreSevenHook struct{ sha string }
+
+func (h adv52PreSevenHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h adv52PreSevenHook) rewrite(cmd redis.Cmder) {
+	a := cmd.Args()
+	if len(a) < 2 {
+		return
+	}
+	name := strings.ToLower(fmt.Sprint(a[0]))
+	if name == "evalsha" && fmt.Sprint(a[1]) == h.sha || name == "eval" && fmt.Sprint(a[1]) == lease.AcquireSrc {
+		a[0], a[1] = "eval", adv52Shim+lease.AcquireSrc
+	}
+}
+
+func (h adv52PreSevenHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error { h.rewrite(cmd); return next(ctx, cmd) }
+}
+
+func (h adv52PreSevenHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		for _, c := range cmds {
+			h.rewrite(c)
+		}
+		return next(ctx, cmds)
+	}
+}
+
+// TestAdversary52_PreSevenClientTraffic: four Clients whose acquire script
+// runs under the pre-7.0 stand-in, three goroutines each doing fenced,
+// waiting Do calls on one key: no overlap, tokens strictly increase, every
+// call is granted, no key is left without an expiry; and the stand-in was
+// really used (each acquire is an EVAL of the stand-in: at least one per grant).
+func TestAdversary52_PreSevenClientTraffic(t *testing.T) {
+	srv := leasetest.StartRedis(t)
+	admin := srv.Client(t)
+	ctx := context.Background()
+	sha := redis.NewScript(lease.AcquireSrc).Hash()
+	var clients []*lease.Client
+	for i := 0; i < 4; i++ {
+		rdb := srv.Client(t)
+		rdb.AddHook(adv52PreSevenHook{sha: sha})
+		c, _ := newClient(t, rdb)
+		clients = append(clients, c)
+	}
+	admin.ConfigResetStat(ctx)
+	key := uniqueKey(t)
+	var (
+		mu             sync.Mutex
+		inside, grants int
+		last           lease.Token
+	)
+	var wg sync.WaitGroup
+	for ci, c := range clients {
+		for g := 0; g < 3; g++ {
+			wg.Add(1)
+			go func(c *lease.Client, name string) {
+				defer wg.Done()
+				for i := 0; i < 4; i++ {
+					err := c.Do(ctx, key, lease.Spec{TTL: 3 * time.Second, Deadline: 40 * time.Second, Wait: 30 * time.Second, Fence: true}, func(ctx context.Context) error {
+						l, _ := lease.FromContext(ctx)
+						mu.Lock()
+						inside++
+						if inside > 1 {
+							t.Errorf("%s: two bodies at once", name)
+						}
+						if l.Token() <= last {
+							t.Errorf("%s: token %d after %d", name, l.Token(), last)
+						}
+						last = l.Token()
+						grants++
+						mu.Unlock()
+						time.Sleep(3 * time.Millisecond)
+						mu.Lock()
+						inside--
+						mu.Unlock()
+						return nil
+					})
+					if err != nil {
+						t.Errorf("%s call %d: %v", name, i, err)
+					}
+				}
+			}(c, fmt.Sprintf("c%d/g%d", ci, g))
+		}
+	}
+	wg.Wait()
+	if grants != 4*3*4 {
+		t.Errorf("%d grants, want %d", grants, 4*3*4)
+	}
+	calls := serverCalls(t, admin)
+	t.Logf("%d grants; server calls %v", grants, calls)
+	if calls["eval"] < int64(grants) {
+		t.Errorf("%d EVALs for %d grants: the stand-in was not used for every acquire (calls %v)", calls["eval"], grants, calls)
+	}
+	keys, _ := admin.Keys(ctx, "*").Result()
+	for _, k := range keys {
+		if d, _ := admin.Do(ctx, "PTTL", k).Int64(); d == -1 {
+			t.Errorf("key %s (%s) left without expiry", k, admin.Type(ctx, k).Val())
+		}
+	}
+}
