@@ -144,7 +144,11 @@ func (a *call) run(ctx context.Context, l *Lease, fn func(context.Context) error
 		return fmt.Errorf("%w: key %q: the Client was closed before the function was entered", ErrClosed, a.key)
 	}
 	if l.isLost() {
-		err = fmt.Errorf("%w: key %q: the kept lease was lost before the function was entered (%v)", ErrLowValidity, a.key, l.Err())
+		// Both classes: not entered (ErrLowValidity), and the kept lease
+		// is lost (ErrLost, as Spec.Keep says its calls get once the loss
+		// is known; TestAdversary17_KeptReuseRightAfterForceRelease saw
+		// the loss land between takeKept and this check).
+		err = fmt.Errorf("%w: key %q: the kept lease was lost before the function was entered (%w)", ErrLowValidity, a.key, l.Err())
 		a.observe(Event{Kind: EventLowValidity, Err: err})
 		returned = true
 		return err
