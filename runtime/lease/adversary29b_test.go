@@ -432,10 +432,16 @@ func TestAdversary29b_CloseLeavesNothingRunning(t *testing.T) {
 		x.p.Set(leasetest.Blackhole)
 	}
 	t.Logf("leader %s; closing every Client with its connection blackholed", first)
+	// All at once: closed one after another, each Close waiting for its
+	// blackholed release, the Watch's own read (bounded by the release
+	// timeout) could time out before its Client's Close came, and the
+	// Watch would rightly end with that error (seen under load).
 	closedAt := time.Now()
+	var closing sync.WaitGroup
 	for _, x := range cls {
-		x.c.Close()
+		closing.Go(func() { x.c.Close() })
 	}
+	closing.Wait()
 	for range 4 {
 		select {
 		case err := <-results:
