@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -256,16 +257,31 @@ func TestAdversary52_SameAsOld(t *testing.T) {
 	admin := srv.Client(t)
 	users := map[string]*redis.Client{}
 	oldSrc := adv52OldSrc()
-	diffs := 0
+	diffs, noGet := 0, 0
 	for _, c := range adv52Cases() {
 		or, os := adv52Run(t, srv, admin, users, c, oldSrc)
 		nr, ns := adv52Run(t, srv, admin, users, c, lease.AcquireSrc)
+		if slices.Contains(c.acl, "-get") && or != nr {
+			// The one difference, accepted and documented (README,
+			// Deployments): a user without GET was refused at a held
+			// key's GET; SET NX GET now reads it without +get. Such a
+			// user's release (a GET) is refused either way, as its
+			// grant of a free key always was.
+			noGet++
+			if !strings.HasPrefix(or, "error: ") || !strings.Contains(or, "can't run this command") || strings.HasPrefix(nr, "error: ") {
+				t.Errorf("%s: a user without GET: old %s, new %s; want the old refused (NOPERM) and the new answered", c.name, or, nr)
+			}
+			continue
+		}
 		if or != nr || os != ns {
 			diffs++
 			t.Errorf("%s:\n  old: %s\n       %s\n  new: %s\n       %s", c.name, or, os, nr, ns)
 		}
 	}
-	t.Logf("%d cases, %d differ", len(adv52Cases()), diffs)
+	t.Logf("%d cases, %d differ, %d of a user without GET (accepted)", len(adv52Cases()), diffs, noGet)
+	if noGet == 0 {
+		t.Error("no case of a user without GET differed: the cases no longer cover it")
+	}
 }
 
 // TestAdversary52_QueueNeverWithoutExpiry: after any acquire, by either
@@ -285,6 +301,17 @@ func TestAdversary52_QueueNeverWithoutExpiry(t *testing.T) {
 				continue // the call did not touch a persistent queue, or a life no Client sends
 			}
 			r, s := adv52Run(t, srv, admin, users, c, src.src)
+			noExpiry := strings.Contains(s, ":q zset ttl=-1") || strings.Contains(s, ":qx hash ttl=-1")
+			if noExpiry && (slices.ContainsFunc(c.acl, func(r string) bool { return r == "-pexpire" || r == "-hset" }) || strings.Contains(c.name, "queue expiries is string")) {
+				// A known limit of both scripts (README, Deployments): a
+				// waiter's ZADD comes before a command the ACL refuses or
+				// a hash of another type fails, and scripts do not roll
+				// back. The call must then fail, never be granted.
+				if !strings.HasPrefix(r, "error: ") {
+					t.Errorf("%s script, %s: answered %s with a refused queue write, want an error", src.name, c.name, r)
+				}
+				continue
+			}
 			if strings.Contains(s, ":q zset ttl=-1") || strings.Contains(s, ":qx hash ttl=-1") {
 				t.Errorf("%s script, %s: queue left without expiry: %s\n  answer %s", src.name, c.name, s, r)
 			}
