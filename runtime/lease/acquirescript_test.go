@@ -97,25 +97,15 @@ func TestBusyAcquireServerCommands(t *testing.T) {
 // Before Redis 7.0, SET takes NX or GET but not both, and PEXPIRE has no
 // GT: the acquire script then reads and writes as two commands. No older
 // server runs here, so the script runs under a stand-in for one: a local
-// redis table whose pcall answers those forms with the syntax error an
+// redis table (adv52Shim) whose pcall answers those forms with the syntax error an
 // old server gives. Every outcome must be the one the script gives on
 // this server: a grant, a replay's own grant, a busy answer with the
 // time left, the queue's entries and expiries.
 func TestAcquireScriptBeforeRedis7(t *testing.T) {
-	const shim = `local redis = setmetatable({pcall = function(...)
-  local a = {...}
-  local cmd, opts = string.upper(a[1]), {}
-  for i = 2, #a do opts[string.upper(tostring(a[i]))] = true end
-  if cmd == 'SET' and opts.NX and opts.GET or cmd == 'PEXPIRE' and opts.GT then
-    return {err = 'ERR syntax error'}
-  end
-  return redis.pcall(...)
-end}, {__index = redis})
-`
 	srv := leasetest.StartRedis(t)
 	rdb := srv.Client(t)
 	ctx := context.Background()
-	for _, v := range []struct{ name, src string }{{"7.0", lease.AcquireSrc}, {"before 7.0", shim + lease.AcquireSrc}} {
+	for _, v := range []struct{ name, src string }{{"7.0", lease.AcquireSrc}, {"before 7.0", adv52Shim + lease.AcquireSrc}} {
 		t.Run(v.name, func(t *testing.T) {
 			if err := rdb.ConfigResetStat(ctx).Err(); err != nil {
 				t.Fatal(err)

@@ -121,10 +121,10 @@ func adv52Token() string {
 
 func adv52OldSrc() string { return adv52Token() + adv52OldAcquire }
 
-var _ = context.Background
-
 // adv52Shim makes SET NX GET and PEXPIRE GT syntax errors, as a server
-// before 7.0 answers them (the stand-in of TestAcquireScriptBeforeRedis7).
+// before 7.0 answers them: put before a script's source, its local redis
+// table stands in for an older server (TestAcquireScriptBeforeRedis7 and
+// round 52).
 const adv52Shim = `local redis = setmetatable({pcall = function(...)
   local a = {...}
   local cmd, opts = string.upper(a[1]), {}
