@@ -171,75 +171,12 @@ func TestAdversary52_FencedWaitersAcrossClients(t *testing.T) {
 		c, _ := newClient(t, srv.Client(t))
 		clients = append(clients, c)
 	}
-	var (
-		mu      sync.Mutex
-		inside  int
-		last    lease.Token
-		grants  int
-		overlap int
-		badTok  []string
-	)
-	var wg sync.WaitGroup
-	errs := make(chan error, 100)
-	for ci, c := range clients {
-		for g := 0; g < 3; g++ {
-			wg.Add(1)
-			go func(c *lease.Client, name string) {
-				defer wg.Done()
-				for i := 0; i < 5; i++ {
-					err := c.Do(context.Background(), key, lease.Spec{TTL: 3 * time.Second, Deadline: 40 * time.Second, Wait: 30 * time.Second, Fence: true},
-						func(ctx context.Context) error {
-							l, ok := lease.FromContext(ctx)
-							if !ok {
-								return errors.New("no lease in ctx")
-							}
-							mu.Lock()
-							inside++
-							if inside > 1 {
-								overlap++
-							}
-							if l.Token() <= last {
-								badTok = append(badTok, fmt.Sprintf("%s: token %d after %d", name, l.Token(), last))
-							}
-							last = l.Token()
-							grants++
-							mu.Unlock()
-							time.Sleep(3 * time.Millisecond)
-							mu.Lock()
-							inside--
-							mu.Unlock()
-							return nil
-						})
-					if err != nil {
-						errs <- fmt.Errorf("%s call %d: %w", name, i, err)
-					}
-				}
-			}(c, fmt.Sprintf("c%d/g%d", ci, g))
-		}
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		t.Error(err)
-	}
-	if overlap != 0 {
-		t.Errorf("%d bodies ran while another held the lease", overlap)
-	}
-	for _, s := range badTok {
-		t.Error(s)
-	}
+	grants, last := adv52FencedWaiters(t, clients, key, 5)
 	if grants != 4*3*5 {
 		t.Errorf("%d grants, want %d", grants, 4*3*5)
 	}
-	admin := srv.Client(t)
-	ctx := context.Background()
-	keys, _ := admin.Keys(ctx, "*").Result()
-	for _, k := range keys {
-		if d, _ := admin.Do(ctx, "PTTL", k).Int64(); d == -1 {
-			t.Errorf("key %s (%s) left without expiry", k, admin.Type(ctx, k).Val())
-		}
-	}
-	t.Logf("%d grants, last token %d, keys left %v", grants, last, keys)
+	keys := adv52NoKeyWithoutExpiry(t, srv.Client(t))
+	t.Logf("%d grants, last token %d, %d keys left (all expiring)", grants, last, len(keys))
 }
 
 // TestAdversary52_ClusterWaitingDo: a waiting, fenced Do on a Cluster
@@ -580,24 +517,43 @@ func TestAdversary52_PreSevenClientTraffic(t *testing.T) {
 	}
 	admin.ConfigResetStat(ctx)
 	key := uniqueKey(t)
+	grants, _ := adv52FencedWaiters(t, clients, key, 4)
+	if grants != 4*3*4 {
+		t.Errorf("%d grants, want %d", grants, 4*3*4)
+	}
+	calls := serverCalls(t, admin)
+	t.Logf("%d grants; server calls %v", grants, calls)
+	if calls["eval"] < int64(grants) {
+		t.Errorf("%d EVALs for %d grants: the stand-in was not used for every acquire (calls %v)", calls["eval"], grants, calls)
+	}
+	adv52NoKeyWithoutExpiry(t, admin)
+}
+
+// adv52FencedWaiters runs three goroutines per Client, each making calls
+// fenced, waiting Do calls on key: no two bodies may overlap, each grant's
+// token must be greater than the one before, and every call must succeed.
+// It returns the grants and the last token.
+func adv52FencedWaiters(t *testing.T, clients []*lease.Client, key string, calls int) (grants int, last lease.Token) {
+	t.Helper()
 	var (
-		mu             sync.Mutex
-		inside, grants int
-		last           lease.Token
+		mu     sync.Mutex
+		inside int
+		wg     sync.WaitGroup
 	)
-	var wg sync.WaitGroup
 	for ci, c := range clients {
-		for g := 0; g < 3; g++ {
-			wg.Add(1)
-			go func(c *lease.Client, name string) {
-				defer wg.Done()
-				for i := 0; i < 4; i++ {
-					err := c.Do(ctx, key, lease.Spec{TTL: 3 * time.Second, Deadline: 40 * time.Second, Wait: 30 * time.Second, Fence: true}, func(ctx context.Context) error {
-						l, _ := lease.FromContext(ctx)
+		for g := range 3 {
+			name := fmt.Sprintf("c%d/g%d", ci, g)
+			wg.Go(func() {
+				for i := range calls {
+					err := c.Do(context.Background(), key, lease.Spec{TTL: 3 * time.Second, Deadline: 40 * time.Second, Wait: 30 * time.Second, Fence: true}, func(ctx context.Context) error {
+						l, ok := lease.FromContext(ctx)
+						if !ok {
+							return errors.New("no lease in ctx")
+						}
 						mu.Lock()
 						inside++
 						if inside > 1 {
-							t.Errorf("%s: two bodies at once", name)
+							t.Errorf("%s: a body ran while another held the lease", name)
 						}
 						if l.Token() <= last {
 							t.Errorf("%s: token %d after %d", name, l.Token(), last)
@@ -615,22 +571,23 @@ func TestAdversary52_PreSevenClientTraffic(t *testing.T) {
 						t.Errorf("%s call %d: %v", name, i, err)
 					}
 				}
-			}(c, fmt.Sprintf("c%d/g%d", ci, g))
+			})
 		}
 	}
 	wg.Wait()
-	if grants != 4*3*4 {
-		t.Errorf("%d grants, want %d", grants, 4*3*4)
-	}
-	calls := serverCalls(t, admin)
-	t.Logf("%d grants; server calls %v", grants, calls)
-	if calls["eval"] < int64(grants) {
-		t.Errorf("%d EVALs for %d grants: the stand-in was not used for every acquire (calls %v)", calls["eval"], grants, calls)
-	}
+	return grants, last
+}
+
+// adv52NoKeyWithoutExpiry fails t for every key on admin's server that has
+// no expiry, and returns the keys.
+func adv52NoKeyWithoutExpiry(t *testing.T, admin *redis.Client) []string {
+	t.Helper()
+	ctx := context.Background()
 	keys, _ := admin.Keys(ctx, "*").Result()
 	for _, k := range keys {
 		if d, _ := admin.Do(ctx, "PTTL", k).Int64(); d == -1 {
 			t.Errorf("key %s (%s) left without expiry", k, admin.Type(ctx, k).Val())
 		}
 	}
+	return keys
 }
