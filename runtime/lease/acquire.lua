@@ -94,7 +94,22 @@ local pttl = redis.call('PTTL', KEYS[1])
 if life > 0 then
   t = t or redis.call('TIME')
   local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-  if redis.call('ZADD', KEYS[3], 'NX', tonumber(t[1]) * 1000000 + tonumber(t[2]), ARGV[6]) == 1 then
+  local added = redis.pcall('ZADD', KEYS[3], 'NX', tonumber(t[1]) * 1000000 + tonumber(t[2]), ARGV[6])
+  if type(added) == 'table' then
+    -- Refused. At maxmemory ZADD is refused as the script's first write
+    -- even when the member is there (it may grow memory), but a waiter
+    -- already queued, whose entry is live, keeps its place: its re-check
+    -- (a timer, or its subscription coming up) must not turn a wait at
+    -- maxmemory into an error (TestAcquireQueuedWaiterAtMaxmemory). The
+    -- queue's expiry is lengthened first, by a plain PEXPIRE, a write that
+    -- does not grow memory, after which the server lets the script finish
+    -- (as the release's, see release.lua); a new waiter is refused.
+    if not string.find(added.err, 'OOM', 1, true) or not redis.call('ZSCORE', KEYS[3], ARGV[6])
+        or (tonumber(string.match(redis.call('HGET', KEYS[4], ARGV[6]) or '', '^(%d+)')) or 0) <= now then
+      return added
+    end
+    redis.call('PEXPIRE', KEYS[3], math.max(life, redis.call('PTTL', KEYS[3])))
+  elseif added == 1 then
     redis.pcall('PUBLISH', ARGV[7], 'w') -- best effort (an ACL may refuse it)
   end
   redis.call('HSET', KEYS[4], ARGV[6], (now + life) .. ':' .. ARGV[8])

@@ -158,3 +158,69 @@ func TestAcquireScriptBeforeRedis7(t *testing.T) {
 		})
 	}
 }
+
+// At maxmemory a script's first write that may grow memory is refused,
+// and ZADD is one even for a member already in the queue. A waiter that
+// is queued must keep its place there: its re-check (a timer, or its
+// subscription coming up) finds the key still held and answers busy, its
+// entry refreshed (lifetime and sequence number), so that the release's
+// message names its last acquire. A new waiter, or one whose entry has
+// expired, is refused as before (TestAdversary40_WaiterAtMaxmemory): its
+// entry would grow memory. CI saw the refusal end a queued waiter's wait
+// (TestAdversary39_OOMRelease, its subscription coming up after the
+// server reached maxmemory).
+func TestAcquireQueuedWaiterAtMaxmemory(t *testing.T) {
+	srv := leasetest.StartRedis(t)
+	rdb := srv.Client(t)
+	admin := srv.Client(t)
+	ctx := context.Background()
+	oom := maxmemoryFull(t, admin)
+	for _, v := range []struct{ name, src string }{{"7.0", lease.AcquireSrc}, {"before 7.0", adv52Shim + lease.AcquireSrc}} {
+		t.Run(v.name, func(t *testing.T) {
+			k := uniqueKey(t)
+			q := acquireKeys(k)
+			run := func(id string, life, seq int) (int64, error) {
+				member := fmt.Sprintf("%s|10000|0|100|inbox", id)
+				return redis.NewScript(v.src).Run(ctx, rdb, q, id, 10000, "0", 60000, life, member, "{"+k+"}:ch", seq).Int64()
+			}
+			if n, err := run("holder", 0, 1); n != 0 || err != nil {
+				t.Fatalf("holder: %d, %v; want a grant", n, err)
+			}
+			if n, err := run("w1", 3000, 1); n >= -3 || err != nil {
+				t.Fatalf("w1 joins: %d, %v; want busy", n, err)
+			}
+			oom(true)
+			defer oom(false)
+			n, err := run("w1", 5000, 2)
+			if left := time.Duration(-3-n) * time.Millisecond; err != nil || left <= 9*time.Second {
+				t.Fatalf("w1 re-checks at maxmemory: %d, %v; want busy with about 10s left", n, err)
+			}
+			e := rdb.HGet(ctx, q[3], "w1|10000|0|100|inbox").Val()
+			if !strings.HasSuffix(e, ":2") {
+				t.Errorf("w1's entry after its re-check at maxmemory: %q, want it refreshed by acquire 2", e)
+			}
+			for _, k := range q[2:] {
+				if d := rdb.PTTL(ctx, k).Val(); d <= 4*time.Second || d > 5*time.Second {
+					t.Errorf("%s expires in %v after w1's 5s re-check at maxmemory, want about 5s", k, d)
+				}
+			}
+			if _, err := run("w2", 5000, 1); err == nil || !strings.Contains(err.Error(), "OOM") {
+				t.Errorf("a new waiter at maxmemory: %v, want refused (OOM)", err)
+			}
+			// w1's entry expired (written from outside, the server let out
+			// of maxmemory for it): its re-check is refused too.
+			oom(false)
+			rdb.HSet(ctx, q[3], "w1|10000|0|100|inbox", "1:2")
+			oom(true)
+			if _, err := run("w1", 5000, 3); err == nil || !strings.Contains(err.Error(), "OOM") {
+				t.Errorf("a waiter whose entry expired, at maxmemory: %v, want refused (OOM)", err)
+			}
+			if m := rdb.ZRange(ctx, q[2], 0, -1).Val(); strings.Join(m, ",") != "w1|10000|0|100|inbox" {
+				t.Errorf("queue %v, want w1 alone", m)
+			}
+			if got := rdb.Get(ctx, q[0]).Val(); got != "holder:0" {
+				t.Errorf("key holds %q, want the holder's grant", got)
+			}
+		})
+	}
+}
