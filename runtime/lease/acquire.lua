@@ -60,6 +60,24 @@ if type(v) == 'table' and v.err and string.find(v.err, 'syntax', 1, true) then
   end
 end
 local refused = type(v) == 'table' and v.err ~= nil
+local set = v
+if refused then
+  v = redis.call('GET', KEYS[1])
+  -- A free key whose grant was refused at maxmemory (OOM): a waiter
+  -- queued before the server got there still gets it (a hold-min ended,
+  -- or the holder's lease ran out). Its queue entry goes first, a write
+  -- that frees memory, after which the server lets the script write
+  -- (release.lua's tombstone does the same); a caller that was not queued
+  -- (the ZREM removes nothing) is refused, nothing changed
+  -- (TestAdversary53_HoldMinHolderAtMaxmemory).
+  if not v then
+    if not (life > 0 and string.find(set.err, 'OOM', 1, true) and redis.call('ZREM', KEYS[3], ARGV[6]) == 1) then
+      return set
+    end
+    redis.call('HDEL', KEYS[4], ARGV[6])
+    redis.call('SET', KEYS[1], val, 'PX', ARGV[2])
+  end
+end
 if not v then
   if fence then
     local nt, err = takeTok(KEYS[2], us, ARGV[4])
@@ -80,11 +98,6 @@ if not v then
   end
   return answer(tok)
 end
-local set = v
-if refused then
-  v = redis.call('GET', KEYS[1])
-  if not v then return set end
-end
 local sep = string.find(v, ':', 1, true)
 if sep and string.sub(v, 1, sep - 1) == ARGV[1] then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
@@ -98,17 +111,23 @@ if life > 0 then
   if type(added) == 'table' then
     -- Refused. At maxmemory ZADD is refused as the script's first write
     -- even when the member is there (it may grow memory), but a waiter
-    -- already queued, whose entry is live, keeps its place: its re-check
-    -- (a timer, or its subscription coming up) must not turn a wait at
-    -- maxmemory into an error (TestAcquireQueuedWaiterAtMaxmemory). The
-    -- queue's expiry is lengthened first, by a plain PEXPIRE, a write that
-    -- does not grow memory, after which the server lets the script finish
-    -- (as the release's, see release.lua); a new waiter is refused.
-    if not string.find(added.err, 'OOM', 1, true) or not redis.call('ZSCORE', KEYS[3], ARGV[6])
-        or (tonumber(string.match(redis.call('HGET', KEYS[4], ARGV[6]) or '', '^(%d+)')) or 0) <= now then
+    -- queued before the server got there keeps its place: its re-check (a
+    -- timer, or its subscription coming up) must not turn a wait at
+    -- maxmemory into an error (TestAcquireQueuedWaiterAtMaxmemory). With
+    -- an entry in the expiries, the queue's expiry is lengthened first, by
+    -- a plain PEXPIRE, a write that does not grow memory, after which the
+    -- server lets the script write; the ZADD again then tells whether the
+    -- member was queued. A caller that was not (a new waiter, or one a
+    -- release passed over) is refused, its ZADD undone. Commands the
+    -- least-privilege ACL (README) allows.
+    if not (string.find(added.err, 'OOM', 1, true) and redis.call('HGET', KEYS[4], ARGV[6])) then
       return added
     end
     redis.call('PEXPIRE', KEYS[3], math.max(life, redis.call('PTTL', KEYS[3])))
+    if redis.call('ZADD', KEYS[3], 'NX', tonumber(t[1]) * 1000000 + tonumber(t[2]), ARGV[6]) == 1 then
+      redis.call('ZREM', KEYS[3], ARGV[6])
+      return added
+    end
   elseif added == 1 then
     redis.pcall('PUBLISH', ARGV[7], 'w') -- best effort (an ACL may refuse it)
   end

@@ -207,19 +207,48 @@ func TestAcquireQueuedWaiterAtMaxmemory(t *testing.T) {
 			if _, err := run("w2", 5000, 1); err == nil || !strings.Contains(err.Error(), "OOM") {
 				t.Errorf("a new waiter at maxmemory: %v, want refused (OOM)", err)
 			}
-			// w1's entry expired (written from outside, the server let out
-			// of maxmemory for it): its re-check is refused too.
+			// w1's entry expired, its member still queued (no release has
+			// passed it over): it is kept, as below maxmemory.
 			oom(false)
 			rdb.HSet(ctx, q[3], "w1|10000|0|100|inbox", "1:2")
 			oom(true)
-			if _, err := run("w1", 5000, 3); err == nil || !strings.Contains(err.Error(), "OOM") {
-				t.Errorf("a waiter whose entry expired, at maxmemory: %v, want refused (OOM)", err)
+			if n, err := run("w1", 5000, 3); n >= -3 || err != nil {
+				t.Errorf("a waiter whose entry expired, still queued, at maxmemory: %d, %v; want busy", n, err)
+			}
+			if e := rdb.HGet(ctx, q[3], "w1|10000|0|100|inbox").Val(); !strings.HasSuffix(e, ":3") {
+				t.Errorf("w1's entry after its re-check: %q, want it refreshed by acquire 3", e)
+			}
+			// w3's entry is there, its member is not (a release passed it
+			// over): refused, its ZADD undone.
+			oom(false)
+			rdb.HSet(ctx, q[3], "w3|10000|0|100|inbox", "99999999999999:1")
+			oom(true)
+			if _, err := run("w3", 5000, 2); err == nil || !strings.Contains(err.Error(), "OOM") {
+				t.Errorf("a waiter no longer queued, at maxmemory: %v, want refused (OOM)", err)
 			}
 			if m := rdb.ZRange(ctx, q[2], 0, -1).Val(); strings.Join(m, ",") != "w1|10000|0|100|inbox" {
 				t.Errorf("queue %v, want w1 alone", m)
 			}
 			if got := rdb.Get(ctx, q[0]).Val(); got != "holder:0" {
 				t.Errorf("key holds %q, want the holder's grant", got)
+			}
+			// The key freed without a handover (a hold-min ended, the
+			// holder's lease ran out): the queued w1 is granted it, taken
+			// out of the queue; a caller not queued is refused.
+			oom(false)
+			rdb.Del(ctx, q[0])
+			oom(true)
+			if _, err := run("w2", 5000, 1); err == nil || !strings.Contains(err.Error(), "OOM") {
+				t.Errorf("a caller not queued, free key at maxmemory: %v, want refused (OOM)", err)
+			}
+			if n, err := run("w1", 5000, 4); n != 0 || err != nil {
+				t.Errorf("queued w1, free key at maxmemory: %d, %v; want a grant", n, err)
+			}
+			if got := rdb.Get(ctx, q[0]).Val(); got != "w1:0" {
+				t.Errorf("key holds %q, want w1's grant", got)
+			}
+			if rdb.Exists(ctx, q[2]).Val() != 0 || rdb.HExists(ctx, q[3], "w1|10000|0|100|inbox").Val() {
+				t.Errorf("queue and expiries after w1's grant: %v, %v", rdb.ZRange(ctx, q[2], 0, -1).Val(), rdb.HGetAll(ctx, q[3]).Val())
 			}
 		})
 	}
