@@ -136,37 +136,19 @@ func TestAdversary39_OOMRelease(t *testing.T) {
 // release at maxmemory hands it the key and it enters. Before, its first
 // re-check was refused (OOM) and ended its wait with that error.
 func TestAdversary39_QueuedWaiterRechecksAtMaxmemory(t *testing.T) {
-	srv := leasetest.StartRedis(t)
-	admin := srv.Client(t)
-	ctx := context.Background()
-	oom := maxmemoryFull(t, admin)
-	hc, _ := newClient(t, srv.Client(t))
 	for _, fence := range []bool{false, true} {
-		key := uniqueKey(t) + fmt.Sprint(fence)
-		wc, wrec := newClient(t, srv.Client(t), lease.WithRecheck(100*time.Millisecond))
-		release := make(chan struct{})
-		hdone := hold(t, hc, key, lease.Spec{TTL: 5 * time.Second, Deadline: 10 * time.Second}, release)
-		q := strings.TrimSuffix(lockKey(key), ":l") + ":q"
-		wdone := make(chan error, 1)
 		entered := make(chan time.Time, 1)
-		go func() {
-			wdone <- wc.Do(ctx, key, lease.Spec{TTL: 5 * time.Second, Deadline: 10 * time.Second, Wait: 5 * time.Second, Fence: fence},
-				func(context.Context) error {
-					entered <- time.Now()
-					return nil
-				})
-		}()
-		for end := time.Now().Add(3 * time.Second); admin.ZCard(ctx, q).Val() == 0; time.Sleep(5 * time.Millisecond) {
-			if time.Now().After(end) {
-				t.Fatal("the waiter did not queue")
-			}
-		}
-		oom(true)
+		sc := adv53Queued(t, lease.Spec{TTL: 5 * time.Second, Deadline: 10 * time.Second},
+			lease.Spec{TTL: 5 * time.Second, Deadline: 10 * time.Second, Wait: 5 * time.Second, Fence: fence},
+			100*time.Millisecond, context.Background(), func(context.Context) error {
+				entered <- time.Now()
+				return nil
+			})
 		time.Sleep(600 * time.Millisecond) // about six re-checks
 		released := time.Now()
-		close(release)
-		herr, werr := <-hdone, <-wdone
-		oom(false)
+		close(sc.release)
+		herr, werr := <-sc.hdone, <-sc.wdone
+		sc.oom(false)
 		if herr != nil || werr != nil {
 			t.Errorf("fence %v: holder's Do = %v, waiter's = %v; want both nil", fence, herr, werr)
 			continue
@@ -174,7 +156,7 @@ func TestAdversary39_QueuedWaiterRechecksAtMaxmemory(t *testing.T) {
 		if d := (<-entered).Sub(released); d > time.Second {
 			t.Errorf("fence %v: the waiter entered %v after the release at maxmemory, want at once", fence, d)
 		}
-		if n := wrec.Count(lease.EventReleaseUnconfirmed); n != 0 {
+		if n := sc.wrec.Count(lease.EventReleaseUnconfirmed); n != 0 {
 			t.Errorf("fence %v: the waiter's release unconfirmed at maxmemory", fence)
 		}
 	}

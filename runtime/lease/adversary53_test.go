@@ -312,6 +312,34 @@ func adv53WaitQueued(t *testing.T, admin *redis.Client, key string, n int64) {
 	}
 }
 
+// adv53Scene is a holder of key (its Spec hs) on one Client and a waiter
+// (ws, under wctx, running fn) on another that re-checks every recheck,
+// queued before the server is put at maxmemory, which it is on return.
+type adv53Scene struct {
+	admin   *redis.Client
+	oom     func(on bool)
+	key     string
+	release chan struct{} // closed: the holder's call returns
+	hdone   <-chan error
+	wdone   chan error
+	wrec    *leasetest.Recorder // the waiter's Client's events
+}
+
+func adv53Queued(t *testing.T, hs, ws lease.Spec, recheck time.Duration, wctx context.Context, fn func(context.Context) error) *adv53Scene {
+	t.Helper()
+	srv := leasetest.StartRedis(t)
+	sc := &adv53Scene{admin: srv.Client(t), key: uniqueKey(t), release: make(chan struct{}), wdone: make(chan error, 1)}
+	sc.oom = maxmemoryFull(t, sc.admin)
+	hc, _ := newClient(t, srv.Client(t))
+	wc, wrec := newClient(t, srv.Client(t), lease.WithRecheck(recheck))
+	sc.wrec = wrec
+	sc.hdone = hold(t, hc, sc.key, hs, sc.release)
+	go func() { sc.wdone <- wc.Do(wctx, sc.key, ws, fn) }()
+	adv53WaitQueued(t, sc.admin, sc.key, 1)
+	sc.oom(true)
+	return sc
+}
+
 // TestAdversary53_ManyQueuedWaitersAtMaxmemory: eight waiters on two
 // Clients (one re-checking every 100ms, one at the default 500ms) queue
 // before the server reaches maxmemory; the holder releases there. Each
@@ -493,28 +521,16 @@ func TestAdversary53_ToggledMaxmemoryExclusion(t *testing.T) {
 // a removal, allowed there), so that the release does not hand the key to
 // a caller that is gone: the key is free right after the release.
 func TestAdversary53_WaiterGivesUpAtMaxmemory(t *testing.T) {
-	srv := leasetest.StartRedis(t)
-	admin := srv.Client(t)
 	ctx := context.Background()
-	oom := maxmemoryFull(t, admin)
-	hc, _ := newClient(t, srv.Client(t))
-	wc, _ := newClient(t, srv.Client(t), lease.WithRecheck(100*time.Millisecond))
-	key := uniqueKey(t)
-	release := make(chan struct{})
 	s := lease.Spec{TTL: 5 * time.Second, Deadline: 10 * time.Second}
-	hdone := hold(t, hc, key, s, release)
+	ws := s
+	ws.Wait = 5 * time.Second
 	wctx, cancel := context.WithCancel(ctx)
-	wdone := make(chan error, 1)
-	go func() {
-		ws := s
-		ws.Wait = 5 * time.Second
-		wdone <- wc.Do(wctx, key, ws, func(context.Context) error { return errors.New("entered") })
-	}()
-	adv53WaitQueued(t, admin, key, 1)
-	oom(true)
+	sc := adv53Queued(t, s, ws, 100*time.Millisecond, wctx, func(context.Context) error { return errors.New("entered") })
+	admin, oom, key, release, hdone := sc.admin, sc.oom, sc.key, sc.release, sc.hdone
 	time.Sleep(350 * time.Millisecond) // re-checks at maxmemory
 	cancel()
-	if err := <-wdone; !errors.Is(err, context.Canceled) {
+	if err := <-sc.wdone; !errors.Is(err, context.Canceled) {
 		t.Errorf("waiter: %v, want canceled", err)
 	}
 	q := strings.TrimSuffix(lockKey(key), ":l") + ":q"
@@ -577,23 +593,11 @@ func TestAdversary53_HolderExpiresAtMaxmemory(t *testing.T) {
 // releases the kept lease at once and the waiter is handed the key and
 // enters, well before the Keep would have ended.
 func TestAdversary53_KeepHolderHandsOverAtMaxmemory(t *testing.T) {
-	srv := leasetest.StartRedis(t)
-	admin := srv.Client(t)
-	ctx := context.Background()
-	oom := maxmemoryFull(t, admin)
-	hc, _ := newClient(t, srv.Client(t))
-	wc, _ := newClient(t, srv.Client(t), lease.WithRecheck(100*time.Millisecond))
-	key := uniqueKey(t)
-	release := make(chan struct{})
-	hdone := hold(t, hc, key, lease.Spec{TTL: 3 * time.Second, Deadline: 10 * time.Second, Keep: 8 * time.Second}, release)
-	wdone := make(chan error, 1)
 	entered := make(chan time.Time, 1)
-	go func() {
-		wdone <- wc.Do(ctx, key, lease.Spec{TTL: 3 * time.Second, Deadline: 10 * time.Second, Wait: 6 * time.Second},
-			func(context.Context) error { entered <- time.Now(); return nil })
-	}()
-	adv53WaitQueued(t, admin, key, 1)
-	oom(true)
+	sc := adv53Queued(t, lease.Spec{TTL: 3 * time.Second, Deadline: 10 * time.Second, Keep: 8 * time.Second},
+		lease.Spec{TTL: 3 * time.Second, Deadline: 10 * time.Second, Wait: 6 * time.Second}, 100*time.Millisecond,
+		context.Background(), func(context.Context) error { entered <- time.Now(); return nil })
+	admin, oom, release, hdone, wdone := sc.admin, sc.oom, sc.release, sc.hdone, sc.wdone
 	time.Sleep(400 * time.Millisecond)
 	returned := time.Now()
 	close(release)
@@ -664,24 +668,13 @@ func TestAdversary53_NewWaiterBehindQueuedOneAtMaxmemory(t *testing.T) {
 // at once with ErrRefused naming OOM, not a hang, and nothing is left
 // without expiry. (Below maxmemory it would queue again.)
 func TestAdversary53_QueuedWaiterStalledAtMaxmemory(t *testing.T) {
-	srv := leasetest.StartRedis(t)
-	admin := srv.Client(t)
 	ctx := context.Background()
-	oom := maxmemoryFull(t, admin)
-	hc, _ := newClient(t, srv.Client(t))
-	wc, _ := newClient(t, srv.Client(t), lease.WithRecheck(200*time.Millisecond)) // entry life 500ms
-	key := uniqueKey(t)
-	release := make(chan struct{})
 	s := lease.Spec{TTL: 8 * time.Second, Deadline: 12 * time.Second}
-	hdone := hold(t, hc, key, s, release)
-	wdone := make(chan error, 1)
-	go func() {
-		ws := s
-		ws.Wait = 6 * time.Second
-		wdone <- wc.Do(ctx, key, ws, func(context.Context) error { return nil })
-	}()
-	adv53WaitQueued(t, admin, key, 1)
-	oom(true)
+	ws := s
+	ws.Wait = 6 * time.Second
+	// Re-checks every 200ms: the waiter's place lives 500ms.
+	sc := adv53Queued(t, s, ws, 200*time.Millisecond, ctx, func(context.Context) error { return nil })
+	admin, oom, release, hdone, wdone := sc.admin, sc.oom, sc.release, sc.hdone, sc.wdone
 	if err := admin.Do(ctx, "CLIENT", "PAUSE", "1500", "WRITE").Err(); err != nil {
 		t.Fatal(err)
 	}
@@ -759,22 +752,10 @@ func TestAdversary53_WaiterClientClosedAtMaxmemory(t *testing.T) {
 // expects the waiter to get the key once the hold ends: it does (its
 // queue entry goes first, a write that frees memory; 482bf98 refused it).
 func TestAdversary53_HoldMinHolderAtMaxmemory(t *testing.T) {
-	srv := leasetest.StartRedis(t)
-	admin := srv.Client(t)
-	ctx := context.Background()
-	oom := maxmemoryFull(t, admin)
-	hc, _ := newClient(t, srv.Client(t))
-	wc, _ := newClient(t, srv.Client(t), lease.WithRecheck(100*time.Millisecond))
-	key := uniqueKey(t)
-	release := make(chan struct{})
-	hdone := hold(t, hc, key, lease.Spec{TTL: 5 * time.Second, Deadline: 10 * time.Second, HoldMin: 1500 * time.Millisecond}, release)
-	wdone := make(chan error, 1)
-	go func() {
-		wdone <- wc.Do(ctx, key, lease.Spec{TTL: 5 * time.Second, Deadline: 10 * time.Second, Wait: 6 * time.Second},
-			func(context.Context) error { return nil })
-	}()
-	adv53WaitQueued(t, admin, key, 1)
-	oom(true)
+	sc := adv53Queued(t, lease.Spec{TTL: 5 * time.Second, Deadline: 10 * time.Second, HoldMin: 1500 * time.Millisecond},
+		lease.Spec{TTL: 5 * time.Second, Deadline: 10 * time.Second, Wait: 6 * time.Second}, 100*time.Millisecond,
+		context.Background(), func(context.Context) error { return nil })
+	admin, oom, release, hdone, wdone := sc.admin, sc.oom, sc.release, sc.hdone, sc.wdone
 	close(release) // about 0s into the hold: the remaining ~1.5s becomes the TTL
 	if err := <-hdone; err != nil {
 		t.Errorf("holder: %v", err)
