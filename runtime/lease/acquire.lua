@@ -26,6 +26,22 @@ local function answer(tok)
   if n and n < 9007199254740992 then return n end
   return tok
 end
+-- refusal is the error for a caller refused at maxmemory (err, the OOM
+-- reply): for a fenced caller whose counter could give no token (of
+-- another type, or at 2^63 - 1: set from outside), that reason instead,
+-- as below maxmemory (a release passes such a waiter over, and its own
+-- acquire is refused with the reason: TestAdversary54_PassedOverFencedWaiterAtMaxmemory).
+-- Reads only.
+local function refusal(err)
+  if ARGV[3] ~= '1' then return err end
+  local c = redis.pcall('GET', KEYS[2])
+  if type(c) == 'table' then return c end
+  local digits = c and string.match(c, '^0*(%d+)$')
+  if digits and (#digits > 19 or #digits == 19 and digits >= '9223372036854775807') then
+    return {err = 'ERR lease: the fencing counter ' .. KEYS[2] .. ' is at 2^63 - 1 or past it (' .. c .. '): no greater token'}
+  end
+  return err
+end
 -- The grant is tried first, with SET NX: a free key (the common case)
 -- costs one command, not a read and a write. A fenced grant's value
 -- carries the time token (the server's time in microseconds), which is
@@ -71,9 +87,8 @@ if refused then
   -- (the ZREM removes nothing) is refused, nothing changed
   -- (TestAdversary53_HoldMinHolderAtMaxmemory).
   if not v then
-    if not (life > 0 and string.find(set.err, 'OOM', 1, true) and redis.call('ZREM', KEYS[3], ARGV[6]) == 1) then
-      return set
-    end
+    if not string.find(set.err, 'OOM', 1, true) then return set end
+    if not (life > 0 and redis.call('ZREM', KEYS[3], ARGV[6]) == 1) then return refusal(set) end
     redis.call('HDEL', KEYS[4], ARGV[6])
     redis.call('SET', KEYS[1], val, 'PX', ARGV[2])
   end
@@ -114,19 +129,19 @@ if life > 0 then
     -- queued before the server got there keeps its place: its re-check (a
     -- timer, or its subscription coming up) must not turn a wait at
     -- maxmemory into an error (TestAcquireQueuedWaiterAtMaxmemory). With
-    -- an entry in the expiries, the queue's expiry is lengthened first, by
-    -- a plain PEXPIRE, a write that does not grow memory, after which the
-    -- server lets the script write; the ZADD again then tells whether the
-    -- member was queued. A caller that was not (a new waiter, or one a
-    -- release passed over) is refused, its ZADD undone. Commands the
+    -- an entry in the expiries, a write that changes nothing comes first
+    -- (HDEL of a field no entry has: members are never empty), after which
+    -- the server lets the script write; the ZADD again then tells whether
+    -- the member was queued. A caller that was not (a new waiter, or one a
+    -- release passed over) is refused, its ZADD undone, nothing changed
+    -- (TestAdversary54_RefusedRecheckKeepsQueueExpiry). Commands the
     -- least-privilege ACL (README) allows.
-    if not (string.find(added.err, 'OOM', 1, true) and redis.call('HGET', KEYS[4], ARGV[6])) then
-      return added
-    end
-    redis.call('PEXPIRE', KEYS[3], math.max(life, redis.call('PTTL', KEYS[3])))
+    if not string.find(added.err, 'OOM', 1, true) then return added end
+    if not redis.call('HGET', KEYS[4], ARGV[6]) then return refusal(added) end
+    redis.call('HDEL', KEYS[4], '')
     if redis.call('ZADD', KEYS[3], 'NX', tonumber(t[1]) * 1000000 + tonumber(t[2]), ARGV[6]) == 1 then
       redis.call('ZREM', KEYS[3], ARGV[6])
-      return added
+      return refusal(added)
     end
   elseif added == 1 then
     redis.pcall('PUBLISH', ARGV[7], 'w') -- best effort (an ACL may refuse it)
