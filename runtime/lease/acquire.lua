@@ -63,8 +63,9 @@ end
 -- not the key is free, but still answers the reads below, so that a held
 -- key is still busy (with its time left) for a call that will not wait
 -- and a replay still gets its own grant back, as when the key was read
--- first; a free key is refused, and so is a call that would wait (its
--- queue entry is a write: TestAdversary40_WaiterAtMaxmemory).
+-- first; a free key is refused, and so is a new waiter (its queue entry
+-- is a write: TestAdversary40_WaiterAtMaxmemory), but not a waiter queued
+-- before the server got there (see below).
 local val = ARGV[1] .. ':' .. tok
 local v = redis.pcall('SET', KEYS[1], val, 'NX', 'GET', 'PX', ARGV[2])
 if type(v) == 'table' and v.err and string.find(v.err, 'syntax', 1, true) then
