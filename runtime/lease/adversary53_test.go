@@ -60,8 +60,9 @@ func adv53ServerMs(t *testing.T, rdb *redis.Client) int64 {
 // TestAdversary53_PexpireThenHsetAtMaxmemory checks the server behavior the
 // change relies on, on this server: at maxmemory a script's HSET as first
 // write is refused (OOM), while the same HSET after a PEXPIRE of an
-// existing key passes. Also: a PEXPIRE of a missing key (nothing changed)
-// still opens the script to denyoom writes here.
+// existing key passes. So does one after a write that changes nothing (a
+// PEXPIRE of a missing key, an HDEL of a missing field): the acquire
+// script's re-check at maxmemory opens with such an HDEL.
 func TestAdversary53_PexpireThenHsetAtMaxmemory(t *testing.T) {
 	srv := leasetest.StartRedis(t)
 	rdb := srv.Client(t)
@@ -80,9 +81,17 @@ func TestAdversary53_PexpireThenHsetAtMaxmemory(t *testing.T) {
 	if n, err := rdb.Eval(ctx, after, []string{"{x}a", "{x}h"}).Int64(); err != nil || n != 1 {
 		t.Fatalf("HSET after PEXPIRE at maxmemory: %d, %v; want 1", n, err)
 	}
-	missing := `redis.call('PEXPIRE', KEYS[1], 60000) return redis.call('HSET', KEYS[2], 'g', 'v')`
-	n, err := rdb.Eval(ctx, missing, []string{"{x}none", "{x}h"}).Int64()
-	t.Logf("HSET after a PEXPIRE of a missing key at maxmemory: %d, %v", n, err)
+	// A write that changes nothing opens the way too: the acquire script's
+	// re-check at maxmemory opens with an HDEL of a field no entry has.
+	for field, open := range map[string]string{
+		"g": `redis.call('PEXPIRE', KEYS[1], 60000)`, // of a missing key
+		"i": `redis.call('HDEL', KEYS[2], '')`,       // of a missing field
+	} {
+		script := open + ` return redis.call('HSET', KEYS[2], '` + field + `', 'v')`
+		if n, err := rdb.Eval(ctx, script, []string{"{x}none", "{x}h"}).Int64(); err != nil || n != 1 {
+			t.Errorf("HSET after %s at maxmemory: %d, %v; want 1", open, n, err)
+		}
+	}
 	info := rdb.Info(ctx, "server").Val()
 	for _, l := range strings.Split(info, "\n") {
 		if strings.HasPrefix(l, "redis_version") || strings.HasPrefix(l, "valkey_version") {
