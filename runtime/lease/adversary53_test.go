@@ -444,6 +444,33 @@ func TestAdversary53_ManyQueuedWaitersAtMaxmemory(t *testing.T) {
 // OOM; no two bodies overlap; tokens only increase; afterwards no key is
 // left without expiry and the lock is free.
 func TestAdversary53_ToggledMaxmemoryExclusion(t *testing.T) {
+	admin, key := adv53Toggle{callers: 9, recheck: 50 * time.Millisecond, step: 100 * time.Millisecond,
+		spec: lease.Spec{TTL: 2 * time.Second, Deadline: 6 * time.Second, Wait: 4 * time.Second, Fence: true},
+		hold: 10 * time.Millisecond, toggle: 60 * time.Millisecond, span: 80 * time.Millisecond}.run(t)
+	time.Sleep(100 * time.Millisecond)
+	if v := admin.Exists(context.Background(), lockKey(key)).Val(); v != 0 {
+		t.Errorf("lock still there after every call returned: %q (pttl %v)", admin.Get(context.Background(), lockKey(key)).Val(), admin.PTTL(context.Background(), lockKey(key)).Val())
+	}
+	adv52NoKeyWithoutExpiry(t, admin)
+}
+
+// adv53Toggle is a workload: fenced callers (spec) on three Clients, the
+// i-th re-checking every recheck + i×step, loop on one key for 3s, each
+// holding it for hold, while maxmemory is switched on and off every
+// toggle to toggle + span. Every error must be ErrRefused naming OOM (a
+// new waiter, a free key's grant to a caller not queued), no two bodies
+// may overlap, tokens only increase, and some calls must be granted.
+type adv53Toggle struct {
+	callers            int
+	recheck, step      time.Duration
+	spec               lease.Spec
+	hold, toggle, span time.Duration
+}
+
+// run runs the workload on a server of its own, and returns its admin
+// client and the key once every call returned (out of maxmemory).
+func (w adv53Toggle) run(t *testing.T) (*redis.Client, string) {
+	t.Helper()
 	srv := leasetest.StartRedis(t)
 	admin := srv.Client(t)
 	ctx := context.Background()
@@ -451,7 +478,7 @@ func TestAdversary53_ToggledMaxmemoryExclusion(t *testing.T) {
 	key := uniqueKey(t)
 	var clients []*lease.Client
 	for i := 0; i < 3; i++ {
-		c, _ := newClient(t, srv.Client(t), lease.WithRecheck(time.Duration(50+100*i)*time.Millisecond))
+		c, _ := newClient(t, srv.Client(t), lease.WithRecheck(w.recheck+time.Duration(i)*w.step))
 		clients = append(clients, c)
 	}
 	stop := time.Now().Add(3 * time.Second)
@@ -463,28 +490,27 @@ func TestAdversary53_ToggledMaxmemoryExclusion(t *testing.T) {
 		bad               []string
 		wg                sync.WaitGroup
 	)
-	for g := 0; g < 9; g++ {
+	for g := 0; g < w.callers; g++ {
 		wg.Add(1)
 		go func(c *lease.Client) {
 			defer wg.Done()
 			for time.Now().Before(stop) {
-				err := c.Do(ctx, key, lease.Spec{TTL: 2 * time.Second, Deadline: 6 * time.Second, Wait: 4 * time.Second, Fence: true},
-					func(ctx context.Context) error {
-						if n := inside.Add(1); n > maxInside.Load() {
-							maxInside.Store(n)
-						}
-						tok, _ := lease.TokenFrom(ctx)
-						mu.Lock()
-						if tok <= last {
-							bad = append(bad, fmt.Sprintf("token %d after %d", tok, last))
-						}
-						last = tok
-						grants++
-						mu.Unlock()
-						time.Sleep(10 * time.Millisecond)
-						inside.Add(-1)
-						return nil
-					})
+				err := c.Do(ctx, key, w.spec, func(ctx context.Context) error {
+					if n := inside.Add(1); n > maxInside.Load() {
+						maxInside.Store(n)
+					}
+					tok, _ := lease.TokenFrom(ctx)
+					mu.Lock()
+					if tok <= last {
+						bad = append(bad, fmt.Sprintf("token %d after %d", tok, last))
+					}
+					last = tok
+					grants++
+					mu.Unlock()
+					time.Sleep(w.hold)
+					inside.Add(-1)
+					return nil
+				})
 				mu.Lock()
 				switch {
 				case err == nil:
@@ -504,7 +530,7 @@ func TestAdversary53_ToggledMaxmemoryExclusion(t *testing.T) {
 	for i := 0; time.Now().Before(stop); i++ {
 		on = !on
 		oom(on)
-		time.Sleep(time.Duration(60+(i*37)%80) * time.Millisecond)
+		time.Sleep(w.toggle + time.Duration(i*37)*time.Millisecond%w.span)
 	}
 	oom(false)
 	wg.Wait()
@@ -518,11 +544,7 @@ func TestAdversary53_ToggledMaxmemoryExclusion(t *testing.T) {
 	if grants == 0 {
 		t.Error("no grants")
 	}
-	time.Sleep(100 * time.Millisecond)
-	if v := admin.Exists(ctx, lockKey(key)).Val(); v != 0 {
-		t.Errorf("lock still there after every call returned: %q (pttl %v)", admin.Get(ctx, lockKey(key)).Val(), admin.PTTL(ctx, lockKey(key)).Val())
-	}
-	adv52NoKeyWithoutExpiry(t, admin)
+	return admin, key
 }
 
 // TestAdversary53_WaiterGivesUpAtMaxmemory: a queued waiter whose context

@@ -373,80 +373,9 @@ func TestAdversary54_TwoWaitersRaceFreedKeyAtMaxmemory(t *testing.T) {
 // are expected; no two bodies overlap; tokens only increase; nothing is
 // left without expiry.
 func TestAdversary54_HoldMinChurnToggledMaxmemory(t *testing.T) {
-	srv := leasetest.StartRedis(t)
-	admin := srv.Client(t)
-	ctx := context.Background()
-	oom := maxmemoryFull(t, admin)
-	key := uniqueKey(t)
-	var clients []*lease.Client
-	for i := 0; i < 3; i++ {
-		c, _ := newClient(t, srv.Client(t), lease.WithRecheck(time.Duration(40+60*i)*time.Millisecond))
-		clients = append(clients, c)
-	}
-	stop := time.Now().Add(3 * time.Second)
-	var (
-		inside, maxInside atomic.Int32
-		mu                sync.Mutex
-		last              lease.Token
-		grants, oomErrs   int
-		bad               []string
-		wg                sync.WaitGroup
-	)
-	for g := 0; g < 12; g++ {
-		wg.Add(1)
-		go func(c *lease.Client) {
-			defer wg.Done()
-			for time.Now().Before(stop) {
-				err := c.Do(ctx, key, lease.Spec{TTL: 2 * time.Second, Deadline: 6 * time.Second, Wait: 4 * time.Second, Fence: true, HoldMin: 30 * time.Millisecond},
-					func(ctx context.Context) error {
-						if n := inside.Add(1); n > maxInside.Load() {
-							maxInside.Store(n)
-						}
-						tok, _ := lease.TokenFrom(ctx)
-						mu.Lock()
-						if tok <= last {
-							bad = append(bad, fmt.Sprintf("token %d after %d", tok, last))
-						}
-						last = tok
-						grants++
-						mu.Unlock()
-						time.Sleep(5 * time.Millisecond)
-						inside.Add(-1)
-						return nil
-					})
-				mu.Lock()
-				switch {
-				case err == nil:
-				case errors.Is(err, lease.ErrRefused) && strings.Contains(err.Error(), "OOM"):
-					oomErrs++
-				default:
-					bad = append(bad, err.Error())
-				}
-				mu.Unlock()
-				if err != nil {
-					time.Sleep(20 * time.Millisecond)
-				}
-			}
-		}(clients[g%3])
-	}
-	on := false
-	for i := 0; time.Now().Before(stop); i++ {
-		on = !on
-		oom(on)
-		time.Sleep(time.Duration(80+(i*37)%120) * time.Millisecond)
-	}
-	oom(false)
-	wg.Wait()
-	if m := maxInside.Load(); m > 1 {
-		t.Errorf("%d bodies ran at once", m)
-	}
-	for _, b := range bad {
-		t.Error(b)
-	}
-	t.Logf("%d grants, %d OOM refusals", grants, oomErrs)
-	if grants == 0 {
-		t.Error("no grants")
-	}
+	admin, _ := adv53Toggle{callers: 12, recheck: 40 * time.Millisecond, step: 60 * time.Millisecond,
+		spec: lease.Spec{TTL: 2 * time.Second, Deadline: 6 * time.Second, Wait: 4 * time.Second, Fence: true, HoldMin: 30 * time.Millisecond},
+		hold: 5 * time.Millisecond, toggle: 80 * time.Millisecond, span: 120 * time.Millisecond}.run(t)
 	time.Sleep(200 * time.Millisecond)
 	adv52NoKeyWithoutExpiry(t, admin)
 }
