@@ -123,7 +123,8 @@ local pttl = redis.call('PTTL', KEYS[1])
 if life > 0 then
   t = t or redis.call('TIME')
   local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-  local added = redis.pcall('ZADD', KEYS[3], 'NX', tonumber(t[1]) * 1000000 + tonumber(t[2]), ARGV[6])
+  local arrival = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  local added = redis.pcall('ZADD', KEYS[3], 'NX', arrival, ARGV[6])
   if type(added) == 'table' then
     -- Refused. At maxmemory ZADD is refused as the script's first write
     -- even when the member is there (it may grow memory), but a waiter
@@ -140,7 +141,7 @@ if life > 0 then
     if not string.find(added.err, 'OOM', 1, true) then return added end
     if not redis.call('HGET', KEYS[4], ARGV[6]) then return refusal(added) end
     redis.call('HDEL', KEYS[4], '')
-    if redis.call('ZADD', KEYS[3], 'NX', tonumber(t[1]) * 1000000 + tonumber(t[2]), ARGV[6]) == 1 then
+    if redis.call('ZADD', KEYS[3], 'NX', arrival, ARGV[6]) == 1 then
       redis.call('ZREM', KEYS[3], ARGV[6])
       return refusal(added)
     end
