@@ -17,6 +17,7 @@ import (
 	"testing"
 
 	"github.com/leasegen/leasegen/gen"
+	"github.com/leasegen/leasegen/internal/gentest"
 )
 
 // Finding 2. The wrapper body uses predeclared identifiers unqualified:
@@ -201,7 +202,7 @@ var time = 1
 			if errs := adv46Generate(t, dir); errs != nil {
 				t.Fatalf("leasegen: %s", strings.Join(errs, "\n"))
 			}
-			cmd := exec.Command("go", "run", "github.com/leasegen/leasegen/cmd/leasecheck", "./"+pkg)
+			cmd := exec.Command("go", "run", gentest.ToolBuild, "github.com/leasegen/leasegen/cmd/leasecheck", "./"+pkg)
 			cmd.Dir = mod
 			if out, err := cmd.CombinedOutput(); err != nil || len(out) > 0 {
 				t.Errorf("leasecheck: %v\n%s", err, out)

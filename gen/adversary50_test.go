@@ -20,9 +20,9 @@ import (
 // mod with env added, and returns its output and error.
 func adv50Leasecheck(t *testing.T, mod, pkg string, env ...string) (string, error) {
 	t.Helper()
-	cmd := exec.Command("go", "run", "github.com/leasegen/leasegen/cmd/leasecheck", "./"+pkg)
+	cmd := exec.Command("go", "run", gentest.ToolBuild, "github.com/leasegen/leasegen/cmd/leasecheck", "./"+pkg)
 	cmd.Dir = mod
-	cmd.Env = append(os.Environ(), env...)
+	cmd.Env = gentest.GoEnv(env...)
 	out, err := cmd.CombinedOutput()
 	return string(out), err
 }
@@ -32,7 +32,7 @@ func adv50Build(t *testing.T, mod, pkg string, env ...string) (string, error) {
 	t.Helper()
 	cmd := exec.Command("go", "build", "-o", os.DevNull, "./"+pkg)
 	cmd.Dir = mod
-	cmd.Env = append(os.Environ(), env...)
+	cmd.Env = gentest.GoEnv(env...)
 	out, err := cmd.CombinedOutput()
 	return string(out), err
 }
@@ -333,14 +333,14 @@ var time = 1
 `,
 	})
 	t.Run("GOFLAGS tags", func(t *testing.T) {
-		t.Setenv("GOFLAGS", "-mod=mod -tags=prod")
+		t.Setenv("GOFLAGS", gentest.Flags+" -tags=prod")
 		errs := adv46Generate(t, filepath.Join(mod, "tagflags"))
-		t.Setenv("GOFLAGS", "-mod=mod")
+		t.Setenv("GOFLAGS", gentest.Flags)
 		if errs != nil {
 			t.Logf("leasegen reported errors (acceptable): %s", strings.Join(errs, "\n"))
 			return
 		}
-		for _, env := range [][]string{{"GOFLAGS=-mod=mod"}, {"GOFLAGS=-mod=mod -tags=prod"}} {
+		for _, env := range [][]string{{"GOFLAGS=" + gentest.Flags}, {"GOFLAGS=" + gentest.Flags + " -tags=prod"}} {
 			if out, err := adv50Build(t, mod, "tagflags", env...); err != nil {
 				t.Errorf("leasegen (GOFLAGS=-tags=prod) exited 0 but %v go build fails: %v\n%s\n--- lease_gen.go\n%s", env, err, out, adv50GenFile(mod, "tagflags"))
 			}
@@ -350,9 +350,12 @@ var time = 1
 		// A machine without a C compiler (golang:alpine, distroless CI):
 		// held, leasegen refuses the package as one that uses cgo. (With
 		// no gcc on the machine, CC pointing nowhere is the same case.)
+		// (-race needs a C compiler: left out while CC points nowhere.)
 		t.Setenv("CC", "/nonexistent/cc")
+		t.Setenv("GOFLAGS", gentest.CrossFlags)
 		errs := adv46Generate(t, filepath.Join(mod, "nocc"))
 		os.Unsetenv("CC")
+		os.Setenv("GOFLAGS", gentest.Flags)
 		if errs != nil {
 			t.Logf("leasegen reported errors (acceptable): %s", strings.Join(errs, "\n"))
 			return
@@ -370,9 +373,12 @@ var time = 1
 		if err := os.WriteFile(goenv, []byte("GOOS=windows\nGOARCH=amd64\n"), 0o644); err != nil {
 			t.Fatal(err)
 		}
+		// (-race needs cgo, which a build for windows leaves out.)
 		t.Setenv("GOENV", goenv)
+		t.Setenv("GOFLAGS", gentest.CrossFlags)
 		errs := adv46Generate(t, filepath.Join(mod, "goenvos"))
 		os.Unsetenv("GOENV")
+		os.Setenv("GOFLAGS", gentest.Flags)
 		if errs != nil {
 			t.Logf("leasegen reported errors (acceptable): %s", strings.Join(errs, "\n"))
 			return
@@ -454,7 +460,7 @@ var time1 = 2
 	for _, goos := range []string{"linux", "windows"} {
 		cmd := exec.Command("go", "test", "-c", "-o", os.DevNull, "./impnum")
 		cmd.Dir = mod
-		cmd.Env = append(os.Environ(), "GOOS="+goos, "GOARCH=amd64")
+		cmd.Env = gentest.GoEnv("GOOS="+goos, "GOARCH=amd64")
 		if out, err := cmd.CombinedOutput(); err != nil {
 			t.Errorf("GOOS=%s go test -c: %v\n%s\n--- lease_gen.go\n%s", goos, err, out, adv50GenFile(mod, "impnum"))
 		}
@@ -709,7 +715,7 @@ func (j *Jobs) RunAsLeader() {}
 			for _, goos := range []string{"linux", "windows"} {
 				cmd := exec.Command("go", "test", "-c", "-o", os.DevNull, "./"+pkg)
 				cmd.Dir = mod
-				cmd.Env = append(os.Environ(), "GOOS="+goos, "GOARCH=amd64")
+				cmd.Env = gentest.GoEnv("GOOS="+goos, "GOARCH=amd64")
 				if out, err := cmd.CombinedOutput(); err != nil {
 					t.Errorf("leasegen exited 0 but GOOS=%s go test -c fails: %v\n%s", goos, err, out)
 				}
@@ -928,7 +934,7 @@ const true = false
 func adv50VetTool(t *testing.T, mod string) string {
 	t.Helper()
 	bin := filepath.Join(t.TempDir(), "leasecheck")
-	cmd := exec.Command("go", "build", "-o", bin, "github.com/leasegen/leasegen/cmd/leasecheck")
+	cmd := exec.Command("go", "build", gentest.ToolBuild, "-o", bin, "github.com/leasegen/leasegen/cmd/leasecheck")
 	cmd.Dir = mod
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("build leasecheck: %v\n%s", err, out)
@@ -941,6 +947,6 @@ func adv50VetTool(t *testing.T, mod string) string {
 func adv50Vet(bin, mod, pkg, goos string) ([]byte, error) {
 	cmd := exec.Command("go", "vet", "-vettool="+bin, pkg)
 	cmd.Dir = mod
-	cmd.Env = append(os.Environ(), "GOOS="+goos, "GOARCH=amd64")
+	cmd.Env = gentest.GoEnv("GOOS="+goos, "GOARCH=amd64")
 	return cmd.CombinedOutput()
 }

@@ -6,11 +6,60 @@ package gen_test
 // adv46Generate and round 50's adv50Build, adv50Leasecheck, adv50GenFile.
 
 import (
+	"bytes"
+	"encoding/json"
+	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/leasegen/leasegen/internal/gentest"
 )
+
+// adv51BuildEach builds the packages pkgs (directories of mod) in one go
+// build with env added, and returns the output of each that failed, by
+// directory (a failure in a package below one of them counts for it). A
+// go build that fails with no package named fails the test.
+func adv51BuildEach(t *testing.T, mod string, pkgs []string, env ...string) map[string]string {
+	t.Helper()
+	if len(pkgs) == 0 {
+		return nil
+	}
+	args := []string{"build", "-json"}
+	for _, pkg := range pkgs {
+		args = append(args, "./"+pkg)
+	}
+	cmd := exec.Command("go", args...)
+	cmd.Dir = mod
+	cmd.Env = gentest.GoEnv(env...)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	text, failed := map[string]string{}, map[string]string{}
+	dec := json.NewDecoder(bytes.NewReader(out))
+	for {
+		var ev struct{ ImportPath, Action, Output string }
+		if err := dec.Decode(&ev); err == io.EOF {
+			break
+		} else if err != nil {
+			t.Fatalf("go %s: reading its -json output: %v\n%s", strings.Join(args, " "), err, out)
+		}
+		pkg, _, _ := strings.Cut(strings.TrimPrefix(ev.ImportPath, "example.com/golden/"), "/")
+		switch ev.Action {
+		case "build-output":
+			text[pkg] += ev.Output
+		case "build-fail":
+			failed[pkg] += text[pkg]
+			text[pkg] = ""
+		}
+	}
+	if err != nil && len(failed) == 0 {
+		t.Fatalf("go %s (%v): %v\n%s%s", strings.Join(args, " "), env, err, out, stderr.Bytes())
+	}
+	return failed
+}
 
 // adv51GenerateAndBuild generates for pkg and, when leasegen reports no
 // error, builds it for each GOOS; it fails on a generate-time error
@@ -21,7 +70,7 @@ func adv51GenerateAndBuild(t *testing.T, mod, pkg string, gooses ...string) {
 		t.Fatalf("false errors (the package builds on every platform):\n%s", strings.Join(errs, "\n"))
 	}
 	for _, goos := range gooses {
-		if out, err := adv50Build(t, mod, pkg, "GOOS="+goos, "CGO_ENABLED=0"); err != nil {
+		if out, err := adv50Build(t, mod, pkg, "GOOS="+goos); err != nil {
 			t.Errorf("leasegen exited 0 but GOOS=%s go build fails: %v\n%s\n--- lease_gen.go\n%s", goos, err, out, adv50GenFile(mod, pkg))
 		}
 	}
@@ -158,7 +207,7 @@ var _ = Getpid
 			return
 		}
 		for _, goos := range []string{"linux", "windows"} {
-			if out, err := adv50Build(t, mod, "dsyswin", "GOOS="+goos, "CGO_ENABLED=0"); err != nil {
+			if out, err := adv50Build(t, mod, "dsyswin", "GOOS="+goos); err != nil {
 				t.Errorf("leasegen exited 0 but GOOS=%s go build fails: %v\n%s", goos, err, out)
 			}
 		}
@@ -714,13 +763,21 @@ type Store interface {
 		}
 	}
 	adv46Write(t, mod, files)
+	// The builds run once per platform for all packages (a go build each
+	// would take most of the test's time).
+	gooses := []string{"linux", "windows"}
+	before := map[string]string{}
+	for _, goos := range gooses {
+		for pkg, out := range adv51BuildEach(t, mod, pkgs, "GOOS="+goos) {
+			before[pkg] += "GOOS=" + goos + ":\n" + out
+		}
+	}
+	var generated []string
 	for _, pkg := range pkgs {
 		t.Run(pkg, func(t *testing.T) {
-			for _, goos := range []string{"linux", "windows"} {
-				if out, err := adv50Build(t, mod, pkg, "GOOS="+goos); err != nil {
-					t.Logf("GOOS=%s: the package does not build before generation (the target uses the name itself): nothing to check\n%s", goos, out)
-					return
-				}
+			if out, ok := before[pkg]; ok {
+				t.Logf("the package does not build before generation (the target uses the name itself): nothing to check\n%s", out)
+				return
 			}
 			var errs []string
 			func() {
@@ -734,13 +791,18 @@ type Store interface {
 			if errs != nil {
 				return // refused: acceptable
 			}
-			for _, goos := range []string{"linux", "windows"} {
-				if out, err := adv50Build(t, mod, pkg, "GOOS="+goos); err != nil {
-					t.Errorf("leasegen exited 0 but GOOS=%s go build fails: %v\n%s", goos, err, out)
-				}
-			}
+			generated = append(generated, pkg)
 		})
 	}
+	if len(generated) == 0 {
+		t.Fatal("leasegen refused every package, or none built before generation: nothing was checked")
+	}
+	for _, goos := range gooses {
+		for pkg, out := range adv51BuildEach(t, mod, generated, "GOOS="+goos) {
+			t.Errorf("%s: leasegen exited 0 but GOOS=%s go build fails:\n%s\n--- lease_gen.go\n%s", pkg, goos, out, adv50GenFile(mod, pkg))
+		}
+	}
+	t.Logf("%d packages generated and built on %v", len(generated), gooses)
 }
 
 // Held check (stale loops): type-text names declared in every kind of

@@ -146,7 +146,7 @@ func TestAdversary19VetToolCrossPackage(t *testing.T) {
 	}
 
 	bin := filepath.Join(t.TempDir(), "leasecheck")
-	if b, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+	if b, err := exec.Command("go", "build", gentest.ToolBuild, "-o", bin, ".").CombinedOutput(); err != nil {
 		t.Fatalf("build: %v\n%s", err, b)
 	}
 	cmd := exec.Command("go", "vet", "-vettool="+bin, "./...")

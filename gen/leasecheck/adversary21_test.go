@@ -1,12 +1,6 @@
 package leasecheck_test
 
-import (
-	"testing"
-
-	"golang.org/x/tools/go/analysis/analysistest"
-
-	"github.com/leasegen/leasegen/gen/leasecheck"
-)
+import "testing"
 
 // Adversary round 21 (attacks on commit 7d8dffa: values as bypasses,
 // derived contexts, select cases, go in closures, fan-in loops, order
@@ -32,7 +26,7 @@ import (
 //   - adv21ignore: a used ignore in a non-test file is not reported by the
 //     test variant; an unused one in a test file is.
 func TestAdversary21Held(t *testing.T) {
-	analysistest.Run(t, analysistest.TestData(), leasecheck.Analyzer,
+	runShared(t,
 		"adv21values", "adv21valuser", "adv21escheld", "adv21order", "adv21ignore")
 }
 
@@ -42,7 +36,7 @@ func TestAdversary21Held(t *testing.T) {
 // goroutine running; cfg puts the default body in the last
 // KindSelectAfterCase block, which escape.go takes for "no case ran".
 func TestAdversary21EscapeSelectDefaultReturn(t *testing.T) {
-	analysistest.Run(t, analysistest.TestData(), leasecheck.Analyzer, "adv21escdefault")
+	runShared(t, "adv21escdefault")
 }
 
 // Found by round 21 and fixed (a false negative introduced by 7d8dffa's
@@ -50,13 +44,13 @@ func TestAdversary21EscapeSelectDefaultReturn(t *testing.T) {
 // other goroutines running (loopWaits now refuses a body that can leave
 // the loop).
 func TestAdversary21EscapeFanInFirstError(t *testing.T) {
-	analysistest.Run(t, analysistest.TestData(), leasecheck.Analyzer, "adv21escfirsterr")
+	runShared(t, "adv21escfirsterr")
 }
 
 // Found by round 21 and fixed (a false negative of 7d8dffa's derived
 // contexts): derived contexts declared with var are lease contexts too.
 func TestAdversary21EscapeVarDerived(t *testing.T) {
-	analysistest.Run(t, analysistest.TestData(), leasecheck.Analyzer, "adv21escvar")
+	runShared(t, "adv21escvar")
 }
 
 // Found by round 21 (false negatives older than 7d8dffa). Fixed: hedged
@@ -66,7 +60,7 @@ func TestAdversary21EscapeVarDerived(t *testing.T) {
 // it is its signal), a protected method called through an interface the
 // type satisfies.
 func TestAdversary21OlderFalseNegatives(t *testing.T) {
-	analysistest.Run(t, analysistest.TestData(), leasecheck.Analyzer,
+	runShared(t,
 		"adv21eschedged", "adv21escready", "adv21valiface")
 }
 
@@ -78,6 +72,6 @@ func TestAdversary21OlderFalseNegatives(t *testing.T) {
 // (answer with //lease:ignore bypass), a goroutine started by a closure
 // that a fan-in loop calls.
 func TestAdversary21Contrived(t *testing.T) {
-	analysistest.Run(t, analysistest.TestData(), leasecheck.Analyzer,
+	runShared(t,
 		"adv21escfaninmisc", "adv21valfp", "adv21escfp")
 }

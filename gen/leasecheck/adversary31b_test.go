@@ -1,12 +1,6 @@
 package leasecheck_test
 
-import (
-	"testing"
-
-	"golang.org/x/tools/go/analysis/analysistest"
-
-	"github.com/leasegen/leasegen/gen/leasecheck"
-)
+import "testing"
 
 // Adversary round 31b. The testdata packages adv31b* were generated with
 // leasegen in GOPATH mode over testdata (cd testdata/src/adv31bx &&
@@ -18,20 +12,20 @@ import (
 // waits registered on every path (before the go statement, or on the
 // path, a deferred func literal too) are still no finding.
 func TestAdversary31bEscapeEarlyReturnBeforeDefer(t *testing.T) {
-	analysistest.Run(t, analysistest.TestData(), leasecheck.Analyzer, "adv31bescdefer")
+	runShared(t, "adv31bescdefer")
 }
 
 // Found by round 31b (false positive): a fenced function that reads its
 // token through the Lease (lease.FromContext(ctx), then l.Token(), in its
 // body or a helper) was told it never reads one.
 func TestAdversary31bFenceReadThroughLease(t *testing.T) {
-	analysistest.Run(t, analysistest.TestData(), leasecheck.Analyzer, "adv31bfencelease")
+	runShared(t, "adv31bfencelease")
 }
 
 // Found by round 31b (false negative): a fan-in loop that continues before
 // its receive on some iterations was taken to receive once per goroutine.
 func TestAdversary31bEscapeFanInContinue(t *testing.T) {
-	analysistest.Run(t, analysistest.TestData(), leasecheck.Analyzer, "adv31bescfanincontinue")
+	runShared(t, "adv31bescfanincontinue")
 }
 
 // Found by round 31b: an internal test file declaring lease or time at
@@ -39,18 +33,18 @@ func TestAdversary31bEscapeFanInContinue(t *testing.T) {
 // the analyzer rendered them so only in the test variant (whose scope has
 // the test's names), and found lease_gen.go stale in the package itself.
 func TestAdversary31bImportNamesOfTestDecls(t *testing.T) {
-	analysistest.Run(t, analysistest.TestData(), leasecheck.Analyzer, "adv31bimporttestdecl")
+	runShared(t, "adv31bimporttestdecl")
 }
 
 // Found by round 31b (false negative): TokenFrom on a context derived from
 // the ctx of a lease without fence was not reported (only ctx itself was).
 func TestAdversary31bFenceDerivedContext(t *testing.T) {
-	analysistest.Run(t, analysistest.TestData(), leasecheck.Analyzer, "adv31bfencederived")
+	runShared(t, "adv31bfencederived")
 }
 
 // Round 33 (false negative, noted by round 31b and left then): a function
 // given to time.AfterFunc that uses the lease's context runs after the
 // protected function returned, unreported.
 func TestAdversary33EscapeAfterFunc(t *testing.T) {
-	analysistest.Run(t, analysistest.TestData(), leasecheck.Analyzer, "adv33afterfunc")
+	runShared(t, "adv33afterfunc")
 }

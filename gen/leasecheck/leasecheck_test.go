@@ -11,7 +11,7 @@ import (
 // The testdata packages' lease_gen.go files were written by leasegen (run in
 // GOPATH mode over testdata); the runtime packages there are stubs.
 func TestAnalyzer(t *testing.T) {
-	analysistest.Run(t, analysistest.TestData(), leasecheck.Analyzer,
+	runShared(t,
 		"clean", "directives", "fencecheck", "escape", "order", "bypassuser", "testfiles", "decoratoronly", "leader", "nogenline", "genline", "genlinetab", "genlinetest", "genlinextest", "genlinetag")
 }
 

@@ -61,8 +61,9 @@ func Module(root, path, dir string) error {
 	return os.WriteFile(filepath.Join(dir, "go.sum"), sum, 0o644)
 }
 
-// Env sets the environment for running go in such a module: -mod=mod,
-// because the module's go.mod is written by hand, not by go mod tidy.
+// Env sets the environment for running go in such a module: GOFLAGS is
+// Flags (-mod=mod, because the module's go.mod is written by hand, not by
+// go mod tidy, and -race when the test binary was built with it).
 //
 // The module proxy stays whatever the environment says. The go.sum copied
 // from this repository pins every module version the graph can reach, but
@@ -71,5 +72,56 @@ func Module(root, path, dir string) error {
 // pre-modules go.mod) are fetched on first use. With GOPROXY=off that
 // worked only on a module cache that something else had warmed.
 func Env(t testing.TB) {
-	t.Setenv("GOFLAGS", "-mod=mod")
+	t.Setenv("GOFLAGS", Flags)
+}
+
+// Flags is the GOFLAGS that Env sets: -mod=mod, and -race when this test
+// binary was built with -race. The go commands a test runs for this
+// platform (go build, go vet, go run, and the go list -export of the
+// generator's loader) then build the configuration go test already built,
+// and find the standard library and every dependency in the build cache.
+// Without it, a cold cache (CI's) compiles all of them once more for the
+// configuration without -race: about a minute on two cores.
+const Flags = flags
+
+// ToolBuild is the flag for a go build or go run of a tool the test runs
+// (cmd/leasecheck, by itself or as go vet's -vettool): -race=false, which
+// overrides Flags' -race for the tool alone. The race detector slows an
+// analysis several times (go vet runs the tool on every dependency), far
+// more than compiling the tool's packages once without it costs; the
+// packages the tool loads still build as Flags says.
+const ToolBuild = "-race=false"
+
+// CrossFlags is the GOFLAGS for a go command that builds for another
+// platform, with CGO_ENABLED=0 or with no C compiler: Flags without -race,
+// which needs cgo.
+const CrossFlags = "-mod=mod"
+
+// GoEnv returns os.Environ() with env appended, for a go command run in a
+// module that WriteModule wrote. When env asks for another platform or for
+// no cgo (GOOS, GOARCH or CGO_ENABLED=0), -race is taken out of GOFLAGS
+// (it needs cgo); the rest of GOFLAGS stays.
+func GoEnv(env ...string) []string {
+	cross := false
+	flags := os.Getenv("GOFLAGS")
+	for _, e := range env {
+		k, v, _ := strings.Cut(e, "=")
+		switch {
+		case k == "GOOS" && v != runtime.GOOS, k == "GOARCH" && v != runtime.GOARCH, k == "CGO_ENABLED" && v == "0":
+			cross = true
+		case k == "GOFLAGS":
+			flags = v
+		}
+	}
+	out := append(os.Environ(), env...)
+	if cross {
+		var keep []string
+		for _, f := range strings.Fields(flags) {
+			if f != "-race" && f != "-race=true" {
+				keep = append(keep, f)
+			}
+		}
+		out = append(out, "GOFLAGS="+strings.Join(keep, " "))
+	}
+	return out
 }

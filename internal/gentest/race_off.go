@@ -1,0 +1,7 @@
+//go:build !race
+
+package gentest
+
+const race = false
+
+const flags = "-mod=mod"

@@ -1,0 +1,7 @@
+//go:build race
+
+package gentest
+
+const race = true
+
+const flags = "-mod=mod -race"
