@@ -203,6 +203,7 @@ func TestAdversary10_HandoverBeforeFirstJoinIsDropped(t *testing.T) {
 // the key for the departed waiter's full TTL. The key then sits unused for
 // that TTL while the next waiter (another process) waits.
 func TestAdversary10_DepartedWaiterForgottenBeforeItsEntryExpires(t *testing.T) {
+	t.Parallel()
 	for _, after := range []time.Duration{400 * time.Millisecond, 1400 * time.Millisecond} {
 		t.Run(fmt.Sprintf("release %v after leaving", after), func(t *testing.T) {
 			srv := leasetest.StartRedis(t)
@@ -287,6 +288,7 @@ func TestAdversary10_DepartedWaiterForgottenBeforeItsEntryExpires(t *testing.T) 
 // from Redis inside fn) and tokens must increase strictly in entry order;
 // without faults nothing may be lost.
 func TestAdversary10_FencedHandoverSoakNoOverlap(t *testing.T) {
+	t.Parallel()
 	srv := leasetest.StartRedis(t)
 	direct := srv.Client(t)
 	p := leasetest.StartProxy(t, srv.Addr())

@@ -52,6 +52,7 @@ func adv11Busy(args []any, cmd redis.Cmder) bool {
 // when they join, sleep until their re-check while the key sits granted to
 // them, unused.
 func TestAdversary11_RecentNotesEvictedByOtherWaiters(t *testing.T) {
+	t.Parallel()
 	if slow := adv11ManyWaiters(t, 60); slow > 0 {
 		t.Fatalf("control: %d of 60 waiters entered only at their re-check", slow)
 	}
@@ -143,6 +144,7 @@ func adv11ManyWaiters(t *testing.T, n int) int {
 // that reaches one of its waiters just before it joins is pushed out and
 // the waiter finds the key only at its re-check.
 func TestAdversary11_InboxOffHotKeyEvictsHandover(t *testing.T) {
+	t.Parallel()
 	if lag := adv11InboxOff(t, 0); lag > 2*time.Second {
 		t.Fatalf("control (no hot key traffic): handover took %v", lag.Round(time.Millisecond))
 	}
@@ -240,6 +242,7 @@ func adv11InboxOff(t *testing.T, churners int) time.Duration {
 // inbox), a Client behind a slow proxy, and calls with HoldMin. No two fn
 // may overlap, tokens must increase, and the key must hold fn's token.
 func TestAdversary11_MixedInboxFencedSoakNoOverlap(t *testing.T) {
+	t.Parallel()
 	srv := leasetest.StartRedis(t)
 	direct := srv.Client(t)
 	p := leasetest.StartProxy(t, srv.Addr())

@@ -626,6 +626,7 @@ func adv12Holding(procs []*adv12Proc) *adv12Proc {
 // a handover no pause or kill came near takes less than the claim
 // (re-check + 100ms) plus slack.
 func TestAdversary12_ChaosKillStopSoak(t *testing.T) {
+	t.Parallel()
 	srv := leasetest.StartRedis(t)
 	key := "adv12-chaos"
 	r := newAdv12Run(t, srv, key)
@@ -729,6 +730,7 @@ func adv12Members(t *testing.T, rdb *redis.Client, key string) []string {
 // show a claim; released at the instant of the kill, the documented
 // exception (a full TTL) may happen and is only counted.
 func TestAdversary12_KilledQueuedWaiterGetsOnlyClaim(t *testing.T) {
+	t.Parallel()
 	srv := leasetest.StartRedis(t)
 	admin := srv.Client(t)
 	holder, _ := newClient(t, srv.Client(t))
@@ -933,6 +935,7 @@ func (p *adv12Proxy) closeWhere(f func(*adv12Conn) bool) int {
 //     partitioned) must enter only after that fn has exited, once the
 //     key's TTL from the handover ran out.
 func TestAdversary12_PartitionAtHandover(t *testing.T) {
+	t.Parallel()
 	srv := leasetest.StartRedis(t)
 	holder, _ := newClient(t, srv.Client(t))
 	op, _ := newClient(t, srv.Client(t))
@@ -1020,6 +1023,7 @@ func TestAdversary12_PartitionAtHandover(t *testing.T) {
 // not routed to its waiter shows as a gap of seconds. Checked: safety as
 // in the soak, no call fails, and no handover takes more than 300ms.
 func TestAdversary12_BurstAcrossProcesses(t *testing.T) {
+	t.Parallel()
 	srv := leasetest.StartRedis(t)
 	r := newAdv12Run(t, srv, "adv12-burst")
 	var many []string
@@ -1065,6 +1069,7 @@ func TestAdversary12_BurstAcrossProcesses(t *testing.T) {
 // as in the soak (equal tokens allowed only for consecutive entries of
 // one keeping process).
 func TestAdversary12_KeepAgainstWaitingProcesses(t *testing.T) {
+	t.Parallel()
 	srv := leasetest.StartRedis(t)
 	r := newAdv12Run(t, srv, "adv12-keep")
 	r.start("keeper", "", 0, false, "ttl=1s,wait=3s,deadline=4s,hold=3ms,fence=1,keep=2s")

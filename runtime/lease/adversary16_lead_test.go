@@ -40,6 +40,7 @@ func adv16Holder(ctx context.Context, rdb *redis.Client, key string) string {
 // leader's identity stops holding it; fn's context must have been
 // cancelled (ErrLost) before that.
 func TestAdversary16_FnCtxEndsBeforeServerExpiry(t *testing.T) {
+	t.Parallel()
 	const ttl = 400 * time.Millisecond
 	srv := leasetest.StartRedis(t)
 	rdb := srv.Client(t)
@@ -271,6 +272,7 @@ func (o *adv16SlowObserver) Observe(ev lease.Event) {
 // entered (run.go:93-94); the Observer call in between (acquire.go:122)
 // stands in for any pause there (GC, SIGSTOP, a slow hook).
 func TestAdversary16_PauseBetweenGrantAndEntry(t *testing.T) {
+	t.Parallel()
 	const ttl = 300 * time.Millisecond
 	srv := leasetest.StartRedis(t)
 	rdb := srv.Client(t)
@@ -621,6 +623,7 @@ func TestAdversary16_PanicInTerm(t *testing.T) {
 // of its own must follow: report each new leader within a re-check, and
 // never go back to a deposed one.
 func TestAdversary16_StackedPausedLeaders(t *testing.T) {
+	t.Parallel()
 	const ttl, recheck = 500 * time.Millisecond, 100 * time.Millisecond
 	srv := leasetest.StartRedis(t)
 	rdb := srv.Client(t)
@@ -726,6 +729,7 @@ func TestAdversary16_StackedPausedLeaders(t *testing.T) {
 // token exceeds every earlier one, and terms overlap only if one of them
 // was reported lost.
 func TestAdversary16_SentinelKillPrimaryTokens(t *testing.T) {
+	t.Parallel()
 	const ttl = 600 * time.Millisecond
 	sn := leasetest.StartSentinel(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
@@ -782,6 +786,7 @@ func TestAdversary16_SentinelKillPrimaryTokens(t *testing.T) {
 // release bounds itself by a.end floored at min(reserve, 20ms)
 // (release.go:23-30), and unknown/releaseUnused/run use that release.
 func TestAdversary16_DeadlineCtxLeavesGrantBehind(t *testing.T) {
+	t.Parallel()
 	// releaseTimedOut: a release of key was reported unconfirmed after
 	// most of the release timeout (so it was given the timeout).
 	releaseTimedOut := func(rec *leasetest.Recorder, key string) (time.Duration, bool) {

@@ -362,6 +362,7 @@ func TestAdversary17_ForceReleaseKeptDuringCall(t *testing.T) {
 // process resumes and writes: the write is refused as stale and its Do
 // reports ErrLost. Uses the helper holder process of faultsuite_test.go.
 func TestAdversary17_ForceReleasePausedHolderProcess(t *testing.T) {
+	t.Parallel()
 	srv := leasetest.StartRedis(t)
 	rdb := srv.Client(t)
 	c, _ := newClient(t, rdb)

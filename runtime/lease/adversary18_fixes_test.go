@@ -590,6 +590,7 @@ func adv18Proxied(t *testing.T, srv *leasetest.Server, opts ...lease.Option) (*l
 // the time the process did not run after the deadline (on two busy cores
 // under -race, Lead was seen returning 484ms after it).
 func TestAdversary18_LeadDeadlineCutsGrantReply(t *testing.T) {
+	t.Parallel()
 	st := watchStalls(t, 5*time.Millisecond)
 	srv := leasetest.StartRedis(t)
 	direct := srv.Client(t)

@@ -126,6 +126,7 @@ func adv20Kinds(es []lease.Event) []string {
 // EventLost (if any) before it, and Do's ErrLost implies an EventLost.
 // After Close and all calls returned, no more events come.
 func TestAdversary20EventContractUnderFaults(t *testing.T) {
+	t.Parallel()
 	srv := leasetest.StartRedis(t)
 	p := leasetest.StartProxy(t, srv.Addr())
 	obs := newAdv20Obs()

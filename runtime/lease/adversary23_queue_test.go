@@ -256,6 +256,7 @@ type adv23Churn struct {
 // has returned), and no gap between one holder leaving and the next
 // entering came near a claim (a grant to a dead identity).
 func TestAdversary23_LostRepliesChurnLeavesNoEntry(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name string
 		adv23Churn

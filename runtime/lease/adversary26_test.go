@@ -415,6 +415,7 @@ func TestAdversary26_WatchLeaderRapidCycles(t *testing.T) {
 // next re-check, as documented). What must hold: the watch ends on the new
 // leader within a re-check (300ms here), never stuck on "nobody".
 func TestAdversary26_WatchLeaderNobodyThenNewLeader(t *testing.T) {
+	t.Parallel()
 	srv := leasetest.StartRedis(t)
 	key := uniqueKey(t)
 	a, _ := newClient(t, srv.Client(t), lease.WithRecheck(time.Minute))
@@ -462,6 +463,7 @@ func TestAdversary26_WatchLeaderNobodyThenNewLeader(t *testing.T) {
 // watch (re-checks a minute apart) on another Client hears the stop within
 // seconds, and the release is reported released.
 func TestAdversary26_ClusterLeaderStopNotified(t *testing.T) {
+	t.Parallel()
 	cl := leasetest.StartCluster(t, 3)
 	key := uniqueKey(t)
 	c, rec := newClient(t, cl.Client(t), lease.WithRecheck(time.Minute))

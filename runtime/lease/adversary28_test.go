@@ -125,6 +125,7 @@ func TestAdversary28_OOMStillAnswersBusyAndReplays(t *testing.T) {
 // counter deleted from outside or expiring (time floor), then a counter
 // raised past 2^53 from outside.
 func TestAdversary28_FencedTokensIncreaseUnderHandovers(t *testing.T) {
+	t.Parallel()
 	srv := leasetest.StartRedis(t)
 	admin := srv.Client(t)
 	ctx := context.Background()

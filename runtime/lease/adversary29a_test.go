@@ -129,6 +129,7 @@ type adv29aCall struct {
 // at once, a nested call reuses its outer call's token, and every Do
 // returns by its budget.
 func TestAdversary29a_KeptVsWaitersUnderReplyFaultsAndPauses(t *testing.T) {
+	t.Parallel()
 	srv := leasetest.StartRedis(t)
 	pa := leasetest.StartProxy(t, srv.Addr())
 	adb := redis.NewClient(&redis.Options{Addr: pa.Addr(), ContextTimeoutEnabled: true})

@@ -245,6 +245,7 @@ func (r *adv29bTerms) enter(ctx context.Context, who string) func() {
 // term starts before every earlier term's context is cancelled, and term
 // tokens strictly increase.
 func TestAdversary29b_StrictTermExclusionUnderFaults(t *testing.T) {
+	t.Parallel()
 	const ttl = 300 * time.Millisecond
 	srv := leasetest.StartRedis(t)
 	key := uniqueKey(t)

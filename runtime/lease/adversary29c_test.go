@@ -88,6 +88,7 @@ func TestAdversary29c_NilSwallowingHookTurnsBusyIntoGrant(t *testing.T) {
 // acquire, no reply was read, so the outcome is unknown, never a grant.
 // Blackholed replies: go-redis times out, the hook returns nil.
 func TestAdversary29c_SwallowedTimeoutIsNotAGrant(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name string
 		s    lease.Spec
@@ -435,6 +436,7 @@ func TestAdversary29c_BlackholedHandshakeNeverSends(t *testing.T) {
 // acquire was not executed (ErrRefused naming BUSY, no release), fn is not
 // entered, and nothing is left held. Also under RESP2 (Protocol 2).
 func TestAdversary29c_BusyScriptIsRefused(t *testing.T) {
+	t.Parallel()
 	srv := leasetest.StartRedis(t, "--busy-reply-threshold", "50")
 	for _, proto := range []int{3, 2} {
 		t.Run(itoa(proto), func(t *testing.T) {
@@ -508,6 +510,7 @@ func (h *adv29cSwallowAll) ProcessPipelineHook(next redis.ProcessPipelineHook) r
 // answer. Here the key was deleted from outside meanwhile (a failover
 // that lost it), so reusing it enters fn with no lease on the server.
 func TestAdversary29c_KeptVerifyWithoutReplyIsNotOK(t *testing.T) {
+	t.Parallel()
 	h := &adv29cSwallowAll{}
 	c, rec, p, direct, _ := proxied(t, func(o *redis.Options) { o.MaxRetries = -1 })
 	c.Redis().(*redis.Client).AddHook(h)

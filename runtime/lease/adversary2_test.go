@@ -479,6 +479,7 @@ func TestAdversary2_CloseThenClosingRedisLeavesKeptLeaseHeld(t *testing.T) {
 // increase with grant order, strictly between distinct grants (a kept lease
 // keeps its grant's token).
 func TestAdversary2_HandoffSafetySoak(t *testing.T) {
+	t.Parallel()
 	srv := leasetest.StartRedis(t)
 	admin := srv.Client(t)
 	type proc struct {
@@ -721,6 +722,7 @@ func TestAdversary2_CancelledWaiterPassesClaimOn(t *testing.T) {
 // process's connections: a waiter that dies in the same moment as the
 // release can hold the key for its TTL, as a holder that dies does.
 func TestAdversary2_DeadWaiterClaimExpires(t *testing.T) {
+	t.Parallel()
 	hc, _, p, _, srv := advProxied(t, nil)
 	holderC, _ := newClient(t, srv.Client(t))
 	w2c, _ := newClient(t, srv.Client(t))

@@ -22,6 +22,7 @@ import (
 // failover): its lease is lost, as it must be, and the lease on master B,
 // whose replica follows, must be kept.
 func TestAdversary30_ClusterReplicatedRenewalsNotHeldUpByOtherMaster(t *testing.T) {
+	t.Parallel()
 	cl := leasetest.StartClusterReplicas(t, 3, 1, func(o *leasetest.ClusterOptions) {
 		o.NodeTimeout = 5 * time.Second
 	})
@@ -198,6 +199,7 @@ func TestAdversary30_MoreReplicasThanExist(t *testing.T) {
 // is paused: renewals are no longer acknowledged, the loss comes within
 // the TTL, every failure unknown, and none confirmed after the pause.
 func TestAdversary30_ReplicatedRenewalsUnderFaults(t *testing.T) {
+	t.Parallel()
 	srv := leasetest.StartRedis(t)
 	replica := srv.StartReplica(t)
 	srv.WaitReplicas(t, replica)
@@ -264,6 +266,7 @@ func TestAdversary30_ReplicatedRenewalsUnderFaults(t *testing.T) {
 // WithReplicas go-redis follows ASK and the lease is kept; with it the
 // renewals must be kept too.
 func TestAdversary30_ClusterReplicatedRenewalsDuringLongMigration(t *testing.T) {
+	t.Parallel()
 	cl := leasetest.StartClusterReplicas(t, 3, 1)
 	ctx := context.Background()
 	for _, replicas := range []int{0, 1} {
@@ -308,6 +311,7 @@ func TestAdversary30_ClusterReplicatedRenewalsDuringLongMigration(t *testing.T) 
 // importing master without it, is redirected back (MOVED), and the lease is
 // lost, with or without WithReplicas.
 func TestAdversary30_ClusterACLRecipeMigration(t *testing.T) {
+	t.Parallel()
 	cl := leasetest.StartClusterReplicas(t, 3, 1)
 	ctx := context.Background()
 	for _, replicas := range []int{0, 1} {

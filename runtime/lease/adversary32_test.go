@@ -58,6 +58,7 @@ func adv32WaitLoaded(t *testing.T, c *lease.Client, within time.Duration) {
 // silent by then, waited out go-redis's own load (5 s) with a 600 ms
 // Deadline.
 func TestAdversary32_HookAnsweringEndedContextKeepsDeadline(t *testing.T) {
+	t.Parallel()
 	cl := leasetest.StartCluster(t, 3)
 	rdb := cl.Client(t)
 	rdb.AddHook(adv32Hook{before: func(ctx context.Context, _ redis.Cmder) error { return ctx.Err() }})
@@ -92,6 +93,7 @@ func TestAdversary32_HookAnsweringEndedContextKeepsDeadline(t *testing.T) {
 // refused ("still loading its command table") for as long as the Client
 // lived.
 func TestAdversary32_SlowHookDoesNotRefuseForever(t *testing.T) {
+	t.Parallel()
 	cl := leasetest.StartCluster(t, 3)
 	rdb := cl.Client(t)
 	rdb.AddHook(adv32Hook{before: func(context.Context, redis.Cmder) error {
@@ -160,6 +162,7 @@ func TestAdversary32_CloseDuringLoadLeavesNothing(t *testing.T) {
 // timeout, and the watch (with a 600 ms context) went on for 5 s. Now
 // it reports the refusal and ends with its context.
 func TestAdversary32_WatchLeaderOnFreshClientKeepsContext(t *testing.T) {
+	t.Parallel()
 	cl := leasetest.StartCluster(t, 3)
 	rdb := cl.Client(t)
 	c := adv32NewWithNodesPaused(t, cl, rdb)
@@ -189,6 +192,7 @@ func TestAdversary32_WatchLeaderOnFreshClientKeepsContext(t *testing.T) {
 // inspected its keys with a pipeline that started go-redis's own load,
 // and returned after up to 5 s with a 600 ms context.
 func TestAdversary32_ListReadOnlyOnFreshClientKeepsContext(t *testing.T) {
+	t.Parallel()
 	cl := leasetest.StartCluster(t, 3, func(o *leasetest.ClusterOptions) { o.NodeTimeout = time.Minute })
 	ctx := context.Background()
 	masters := slices.Clone(cl.Nodes[:3])
@@ -257,6 +261,7 @@ func TestAdversary32_ListReadOnlyOnFreshClientKeepsContext(t *testing.T) {
 // is not refused for the table: the load counts as over, and Do gets its
 // lease on a healthy Cluster.
 func TestAdversary32_ACLWithoutCommandNotRefusedForTable(t *testing.T) {
+	t.Parallel()
 	cl := leasetest.StartCluster(t, 3)
 	rdb := cl.ACLUser(t, "adv32nocmd", "secret", "~lease:*", "&lease:*", "-@all",
 		"+evalsha", "+eval", "+get", "+set", "+pttl", "+pexpire", "+del", "+exists", "+time", "+publish",
@@ -281,6 +286,7 @@ func TestAdversary32_ACLWithoutCommandNotRefusedForTable(t *testing.T) {
 // with every node paused after go-redis got its slot map, the load is over
 // at once and Do ends by its Deadline without the table's refusal.
 func TestAdversary32_DisableRoutingPoliciesNoWait(t *testing.T) {
+	t.Parallel()
 	cl := leasetest.StartCluster(t, 3)
 	rdb := cl.Client(t, func(o *redis.ClusterOptions) { o.DisableRoutingPolicies = true })
 	c := adv32NewWithNodesPaused(t, cl, rdb)
@@ -303,6 +309,7 @@ func TestAdversary32_DisableRoutingPoliciesNoWait(t *testing.T) {
 // and a second Client on the same go-redis client: the load is over
 // quickly and both Clients' first calls get their leases.
 func TestAdversary32_DeadSeedAndSharedClient(t *testing.T) {
+	t.Parallel()
 	cl := leasetest.StartCluster(t, 3)
 	dead, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

@@ -52,6 +52,7 @@ func adv33Migration(t *testing.T, cl *leasetest.Cluster, key string) *leasetest.
 // wait shorter than that TTL) is answered busy although the holder
 // released in time.
 func TestAdversary33_ReleaseDuringSlotMigrationIsRetried(t *testing.T) {
+	t.Parallel()
 	cl := leasetest.StartCluster(t, 3)
 	ctx := context.Background()
 	holder, hrec := newClient(t, cl.Client(t))
@@ -106,6 +107,7 @@ func TestAdversary33_ReleaseDuringSlotMigrationIsRetried(t *testing.T) {
 // failing (List: the whole page) at the first TRYAGAIN of a migration
 // that ends well within it.
 func TestAdversary33_InspectDuringSlotMigrationIsRetried(t *testing.T) {
+	t.Parallel()
 	cl := leasetest.StartCluster(t, 3)
 	ctx := context.Background()
 	c, _ := newClient(t, cl.Client(t))
@@ -158,6 +160,7 @@ func TestAdversary33_InspectDuringSlotMigrationIsRetried(t *testing.T) {
 // until it ends; they must be sent again within the caller's context,
 // not refused at once.
 func TestAdversary33_ForceReleaseDuringSlotMigrationIsRetried(t *testing.T) {
+	t.Parallel()
 	cl := leasetest.StartCluster(t, 3)
 	ctx := context.Background()
 	c, _ := newClient(t, cl.Client(t))
@@ -215,6 +218,7 @@ func TestAdversary33_ForceReleaseDuringSlotMigrationIsRetried(t *testing.T) {
 // hears the waiter's "w" through the Cluster's pub/sub broadcast), not
 // when the keep runs out.
 func TestAdversary33_KeptLeaseAcrossSlotMigration(t *testing.T) {
+	t.Parallel()
 	cl := leasetest.StartCluster(t, 3)
 	ctx := context.Background()
 	keeper, krec := newClient(t, cl.Client(t))
@@ -260,6 +264,7 @@ func TestAdversary33_KeptLeaseAcrossSlotMigration(t *testing.T) {
 // another Client, takes over from the step-down, not when the term's TTL
 // runs out, and a WatchLeader on a third Client reports it.
 func TestAdversary33_LeaderStepsDownDuringSlotMigration(t *testing.T) {
+	t.Parallel()
 	cl := leasetest.StartCluster(t, 3)
 	a, _ := newClient(t, cl.Client(t))
 	b, _ := newClient(t, cl.Client(t))
@@ -348,6 +353,7 @@ func TestAdversary33_LeaderStepsDownDuringSlotMigration(t *testing.T) {
 // DialTimeout shorter than the calls' budgets (the README's Sentinel
 // recipe) the first call is granted.
 func TestAdversary33_SentinelPausedAtStart(t *testing.T) {
+	t.Parallel()
 	sn := leasetest.StartSentinel(t)
 	ctx := context.Background()
 	sn.Sentinels[0].Pause()
@@ -376,6 +382,7 @@ func TestAdversary33_SentinelPausedAtStart(t *testing.T) {
 // new primary, so the holder's release there hands it the key by
 // notification (re-checks are 10s apart), with a larger token.
 func TestAdversary33_SentinelFailoverWithQueuedWaiter(t *testing.T) {
+	t.Parallel()
 	failoverWithQueuedWaiter(t, "adv33-sentinel-queue", 300*time.Millisecond)
 }
 

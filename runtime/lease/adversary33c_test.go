@@ -35,6 +35,7 @@ import (
 // here) learns of the free key only at its next re-check, and meanwhile
 // any newcomer may take it.
 func TestAdversary33_MoreThan32DeadWaitersAtHead(t *testing.T) {
+	t.Parallel()
 	srv := leasetest.StartRedis(t)
 	holder, _ := newClient(t, srv.Client(t))
 	op, _ := newClient(t, srv.Client(t))
@@ -87,6 +88,7 @@ func TestAdversary33_MoreThan32DeadWaitersAtHead(t *testing.T) {
 // last busy acquire, is over), but wait its turn; no overlap, tokens
 // increase.
 func TestAdversary33_PausedWaiterHandedTheKey(t *testing.T) {
+	t.Parallel()
 	srv := leasetest.StartRedis(t)
 	holder, _ := newClient(t, srv.Client(t))
 	op, _ := newClient(t, srv.Client(t))
@@ -153,6 +155,7 @@ func TestAdversary33_PausedWaiterHandedTheKey(t *testing.T) {
 // under Wait, so with the queue in arrival order no call may fail busy,
 // and no process may be starved.
 func TestAdversary33_ManyWaitersNoBusyAcrossProcesses(t *testing.T) {
+	t.Parallel()
 	srv := leasetest.StartRedis(t)
 	r := newAdv12Run(t, srv, "adv33-fair")
 	for _, name := range []string{"a", "b", "c"} {
@@ -190,6 +193,7 @@ func TestAdversary33_ManyWaitersNoBusyAcrossProcesses(t *testing.T) {
 // far less than Wait), and no handover slower than a claim (re-check +
 // 100ms) plus slack.
 func TestAdversary33_PubSubKillStormWhileQueued(t *testing.T) {
+	t.Parallel()
 	srv := leasetest.StartRedis(t)
 	admin := srv.Client(t)
 	r := newAdv12Run(t, srv, "adv33-pskill")

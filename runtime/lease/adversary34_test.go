@@ -173,6 +173,7 @@ func TestAdversary34_PlainClientHooks(t *testing.T) {
 // deadline holds there (the clone follows the failover with the user's
 // pool, and bounds reads by the context).
 func TestAdversary34_PlainSentinelClientFailover(t *testing.T) {
+	t.Parallel()
 	plain := func(o *redis.FailoverOptions) { o.ContextTimeoutEnabled = false }
 	// Past several renewals: they must have followed (a 2s TTL can expire
 	// on the new primary while renewals still reach the old one, with or

@@ -616,6 +616,7 @@ func queues37(now int64) map[string][]entry37 {
 // PUBSUB); and the states where the caller does not hold it ('~' marked,
 // another's, missing, malformed) against every tombstone.
 func TestAdversary37_ReleaseScriptMatrix(t *testing.T) {
+	t.Parallel()
 	e := newEnv37(t)
 	type tc struct {
 		name string

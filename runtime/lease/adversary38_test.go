@@ -287,6 +287,7 @@ func (h *adv38CutHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 // skips its ZREM, but the call does not count a single write and its
 // release names its member) the entry is there during fn only.
 func TestAdversary38_LostReplyResend(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name           string
 		wire, stringer bool

@@ -382,6 +382,7 @@ func TestAdversary39_RewritePathOnReplica(t *testing.T) {
 // tokens are the counter's next, and Inspect (as leasectl) shows the
 // waiter's token and the counter as its LastToken.
 func TestAdversary39_ACLRecipesRewritePath(t *testing.T) {
+	t.Parallel()
 	srv := leasetest.StartRedis(t)
 	admin := srv.Client(t)
 	ctx := context.Background()

@@ -89,6 +89,7 @@ func adv3WaitSubscribed(t *testing.T, srv *leasetest.Server, key string) {
 // MinValidity was checked before that round trip and not after: a slow
 // verification lets fn in with less than MinValidity left.
 func TestAdversary3_KeptReuseAfterSlowVerifyEntersBelowMinValidity(t *testing.T) {
+	t.Parallel()
 	srv, p, c, rec := adv3Proxied(t, lease.WithReleaseTimeout(2500*time.Millisecond))
 	key := uniqueKey(t)
 	s := lease.Spec{TTL: 3 * time.Second, MinValidity: 1500 * time.Millisecond, Deadline: 6 * time.Second, Keep: 10 * time.Second}
@@ -125,6 +126,7 @@ func TestAdversary3_KeptReuseAfterSlowVerifyEntersBelowMinValidity(t *testing.T)
 // hands it to the call (verifyKept saw the key's value as ours), and fn is
 // entered on a lost lease (with an already-cancelled context).
 func TestAdversary3_KeptReuseEntersLeaseLostDuringVerify(t *testing.T) {
+	t.Parallel()
 	srv, p, c, _ := adv3Proxied(t, lease.WithReleaseTimeout(5*time.Second))
 	key := uniqueKey(t)
 	s := lease.Spec{TTL: 1500 * time.Millisecond, MinValidity: 500 * time.Millisecond, Deadline: 6 * time.Second, Keep: 10 * time.Second}
@@ -160,6 +162,7 @@ func TestAdversary3_KeptReuseEntersLeaseLostDuringVerify(t *testing.T) {
 // so the documented window (a kept call that ends before the notice
 // arrives) cannot explain an overlap.
 func TestAdversary3_KeptVsWaiterUnderForceReleaseSoak(t *testing.T) {
+	t.Parallel()
 	srv := leasetest.StartRedis(t)
 	mk := func() (*lease.Client, *leasetest.Recorder) {
 		rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), ContextTimeoutEnabled: true})
@@ -290,6 +293,7 @@ func TestAdversary3_EscapedContextSeesKeptLeaseAsValid(t *testing.T) {
 // A are delayed (400ms) to widen the window, which is otherwise one round
 // trip.
 func TestAdversary3_RestartKeptReusedBeforeResubscribeCheck(t *testing.T) {
+	t.Parallel()
 	srv, p, a, rec := adv3Proxied(t)
 	key := uniqueKey(t)
 	s := lease.Spec{TTL: 15 * time.Second, Deadline: 10 * time.Second, Keep: 20 * time.Second}
@@ -358,6 +362,7 @@ func TestAdversary3_RestartKeptReusedBeforeResubscribeCheck(t *testing.T) {
 // key was lost in the restart and taken by another owner is not reused
 // (its reuse asks Redis), and the call reports busy, not nil.
 func TestAdversary3_SlowRepliesAfterRestartKeptLeaseVerified(t *testing.T) {
+	t.Parallel()
 	srv, p, a, _ := adv3Proxied(t)
 	key := uniqueKey(t)
 	s := lease.Spec{TTL: 30 * time.Second, Deadline: 10 * time.Second, Keep: 60 * time.Second}
@@ -389,6 +394,7 @@ func TestAdversary3_SlowRepliesAfterRestartKeptLeaseVerified(t *testing.T) {
 // reply (subscription down, replies blackholed) must end in ErrUnknown (or
 // a deadline), never busy, never nil, and fn must not run.
 func TestAdversary3_KeptVerifyBlackholedIsUnknown(t *testing.T) {
+	t.Parallel()
 	srv, p, c, _ := adv3Proxied(t)
 	key := uniqueKey(t)
 	s := lease.Spec{TTL: 6 * time.Second, Deadline: 2 * time.Second, Keep: 20 * time.Second}
@@ -544,6 +550,7 @@ func TestAdversary3_PanicInKeptReuseWedgesKeep(t *testing.T) {
 // release happens, so no documented window applies: two calls that both
 // returned nil must never overlap.
 func TestAdversary3_AllKeepersHandoffSoak(t *testing.T) {
+	t.Parallel()
 	srv := leasetest.StartRedis(t)
 	var clients []*lease.Client
 	for i := 0; i < 3; i++ {

@@ -65,6 +65,7 @@ func adv40Dump(t *testing.T, r *redis.Client) []string {
 // state is run on a server below maxmemory and at maxmemory (noeviction):
 // the first run's answer and the keys it leaves must be the same there.
 func TestAdversary40_ScriptReplayEveryPath(t *testing.T) {
+	t.Parallel()
 	srv := leasetest.StartRedis(t)
 	admin := srv.Client(t)
 	ctx := context.Background()
@@ -239,6 +240,7 @@ func adv40CutClient(t *testing.T, srv *leasetest.Server, key string, oom func(),
 // server set full just before the release is sent): the holder's Do
 // returns nil with no unconfirmed release, and the waiter enters at once.
 func TestAdversary40_CutReplyHandover(t *testing.T) {
+	t.Parallel()
 	srv := leasetest.StartRedis(t)
 	admin := srv.Client(t)
 	oom := maxmemoryFull(t, admin)
@@ -337,6 +339,7 @@ func TestAdversary40_CutReplyHandover(t *testing.T) {
 // ForceReleased, the waiter (if any) enters, and the holder's Do returns
 // ErrLost.
 func TestAdversary40_CutReplyForceRelease(t *testing.T) {
+	t.Parallel()
 	srv := leasetest.StartRedis(t)
 	admin := srv.Client(t)
 	oom := maxmemoryFull(t, admin)
@@ -469,6 +472,7 @@ func TestAdversary40_WaiterAtMaxmemory(t *testing.T) {
 // only by the member it was given (ARGV[6]), never by identity. Fixed:
 // the handover passes over entries of the releasing identity.
 func TestAdversary40_ForceReleaseHandsBackToHolder(t *testing.T) {
+	t.Parallel()
 	srv := leasetest.StartRedis(t)
 	admin := srv.Client(t)
 	ctx := context.Background()
@@ -615,6 +619,7 @@ func TestAdversary40_CounterNotANumberToken(t *testing.T) {
 // token string.format('%d', 1e300 + 1) (-9223372036854775808 on x86-64).
 // The waiter must enter with a token above the holder's.
 func TestAdversary40_CounterNotANumberHandover(t *testing.T) {
+	t.Parallel()
 	srv := leasetest.StartRedis(t)
 	admin := srv.Client(t)
 	ctx := context.Background()

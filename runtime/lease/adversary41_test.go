@@ -367,6 +367,7 @@ func TestAdversary41_ForcedHolderEntryBehindWaiter(t *testing.T) {
 // it in between. Claim: the key is never handed back to the identity that
 // gives it up, and the holder forced out learns it lost the lease.
 func TestAdversary41_ForcedHolderGetsKeyBackBeforeItLooks(t *testing.T) {
+	t.Parallel()
 	srv := leasetest.StartRedis(t)
 	admin := srv.Client(t)
 	ctx := context.Background()

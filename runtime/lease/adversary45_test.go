@@ -62,6 +62,7 @@ import (
 // release events) raises observing without raising unsettled, and cancels
 // out an unrelated call's acquire in flight.
 func TestAdversary45_CloseSkipsAcquireWhileOtherObserverRuns(t *testing.T) {
+	t.Parallel()
 	for _, mode := range []string{"slowEventDoneOfAnotherCall", "closeFromEventDoneOfAnotherCall", "slowEventReleasedOfKeptLease"} {
 		t.Run(mode, func(t *testing.T) {
 			srv := leasetest.StartRedis(t)
@@ -181,6 +182,7 @@ func TestAdversary45_CloseSkipsAcquireWhileOtherObserverRuns(t *testing.T) {
 // answered (bounded by its own release timeout), not merely written as the
 // abandoned waiters' and grants' releases are.
 func TestAdversary45_CloseTakesTwiceTheReleaseTimeout(t *testing.T) {
+	t.Parallel()
 	srv := leasetest.StartRedis(t)
 	ctx := context.Background()
 	p := leasetest.StartProxy(t, srv.Addr())
@@ -493,6 +495,7 @@ func TestAdversary45_SecondCloseDoesNotWait(t *testing.T) {
 // test that Close waits for the queued calls within its bound: with
 // WithReleaseTimeout(3s), the same burst leaves no key held.
 func TestAdversary45_CloseWaitsForPoolQueueWithinBound(t *testing.T) {
+	t.Parallel()
 	srv := leasetest.StartRedis(t)
 	admin := srv.Client(t)
 	ctx := context.Background()

@@ -64,6 +64,7 @@ import (
 // from any goroutine treats a call sitting in its Observer as if that
 // Observer had called Close.
 func TestAdversary47_CloseSkipsCallInItsOwnSlowObserver(t *testing.T) {
+	t.Parallel()
 	for _, mode := range []string{"unreplicatedGrant", "waitingThenHandover"} {
 		t.Run(mode, func(t *testing.T) {
 			srv := leasetest.StartRedis(t)

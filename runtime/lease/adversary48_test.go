@@ -71,6 +71,7 @@ func (h adv48SlowHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis
 // every counted call registered under Close's goroutine, used at
 // client.go:421 (`c.unsettled.Load() > c.blockedOn(me)`).
 func TestAdversary48_CloseFromRenewedObserverSkipsReleasingCall(t *testing.T) {
+	t.Parallel()
 	srv := leasetest.StartRedis(t)
 	admin := srv.Client(t)
 	ctx := context.Background()
@@ -161,6 +162,7 @@ func TestAdversary48_CloseFromRenewedObserverSkipsReleasingCall(t *testing.T) {
 // c.blockedOn(me)`): the exemption is keyed on the goroutine that runs
 // Close, not on the Observer callback waiting for it.
 func TestAdversary48_CloseOnGoroutineObserverWaitsFor(t *testing.T) {
+	t.Parallel()
 	srv := leasetest.StartRedis(t)
 	ctx := context.Background()
 	key := "adv48-observer-goroutine-close"

@@ -161,6 +161,7 @@ func TestAdversary49_AwakeWaiterGivesUpWithinClosesBound(t *testing.T) {
 // and however slow the command (a hook that holds it until its context
 // ends).
 func TestAdversary49_AwakeWaiterGivingUpKeepsItsDeadline(t *testing.T) {
+	t.Parallel()
 	srv := leasetest.StartRedis(t)
 	hc, _ := adv23Client(t, srv.Addr())
 	ctx := context.Background()

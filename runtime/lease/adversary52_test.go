@@ -3,9 +3,11 @@ package lease_test
 import (
 	"context"
 	"fmt"
+	"math"
 	"regexp"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -94,6 +96,28 @@ func adv52State(ctx context.Context, a *redis.Client, ks []string) string {
 		fmt.Fprintf(&b, "[%s %s ttl=%s %q] ", k[strings.LastIndex(k, "}"):], typ, ttl, adv52Norm(content))
 	}
 	return b.String()
+}
+
+var adv52TTL = regexp.MustCompile(`ttl=(\d+\.\d)s`)
+
+// adv52Same compares two renderings of adv52State (and what surrounds
+// them) as equal when they differ only in TTLs by up to 0.3s: the old and
+// the new script run one after the other, and a TTL set steps earlier
+// has run down further in the second run when the machine is loaded
+// (9.9s against 10.0s was seen with other packages' tests running).
+func adv52Same(a, b string) bool {
+	ta, tb := adv52TTL.FindAllStringSubmatch(a, -1), adv52TTL.FindAllStringSubmatch(b, -1)
+	if len(ta) != len(tb) || adv52TTL.ReplaceAllString(a, "ttl=?") != adv52TTL.ReplaceAllString(b, "ttl=?") {
+		return false
+	}
+	for i := range ta {
+		x, _ := strconv.ParseFloat(ta[i][1], 64)
+		y, _ := strconv.ParseFloat(tb[i][1], 64)
+		if math.Abs(x-y) > 0.3 {
+			return false
+		}
+	}
+	return true
 }
 
 func adv52Held(v string, persist bool) func(context.Context, *redis.Client, []string) {
@@ -253,6 +277,7 @@ func adv52Run(t *testing.T, srv *leasetest.Server, admin *redis.Client, users ma
 // ttl and life arguments): the claim is that every outcome, answer and
 // keys after it, is the old script's.
 func TestAdversary52_SameAsOld(t *testing.T) {
+	t.Parallel()
 	srv := leasetest.StartRedis(t, "--maxmemory-policy", "noeviction")
 	admin := srv.Client(t)
 	users := map[string]*redis.Client{}
@@ -273,7 +298,7 @@ func TestAdversary52_SameAsOld(t *testing.T) {
 			}
 			continue
 		}
-		if or != nr || os != ns {
+		if or != nr || !adv52Same(os, ns) {
 			diffs++
 			t.Errorf("%s:\n  old: %s\n       %s\n  new: %s\n       %s", c.name, or, os, nr, ns)
 		}
@@ -290,6 +315,7 @@ func TestAdversary52_SameAsOld(t *testing.T) {
 // persistent queue and whose call was refused are left out (the call did
 // not touch the queue).
 func TestAdversary52_QueueNeverWithoutExpiry(t *testing.T) {
+	t.Parallel()
 	srv := leasetest.StartRedis(t, "--maxmemory-policy", "noeviction")
 	admin := srv.Client(t)
 	users := map[string]*redis.Client{}
@@ -368,7 +394,7 @@ func TestAdversary52_QueueSequenceSameAsOld(t *testing.T) {
 	}
 	old, cur := run(adv52OldSrc()), run(lease.AcquireSrc)
 	for i := range old {
-		if old[i] != cur[i] {
+		if !adv52Same(old[i], cur[i]) {
 			t.Errorf("step differs:\n  old: %s\n  new: %s", old[i], cur[i])
 		}
 	}

@@ -184,6 +184,7 @@ func TestAdversary52_FencedWaitersAcrossClients(t *testing.T) {
 // a waiter gets the lease once the holder's body returns, with a greater
 // token, and the holder's body is over by then.
 func TestAdversary52_ClusterWaitingDo(t *testing.T) {
+	t.Parallel()
 	cl := leasetest.StartCluster(t, 3)
 	a, _ := newClient(t, cl.Client(t))
 	b, _ := newClient(t, cl.Client(t))
@@ -239,6 +240,7 @@ func TestAdversary52_ClusterWaitingDo(t *testing.T) {
 // waiter must get the lease exactly once, after the holder, with a token
 // greater than the holder's, and the queue must be left expiring.
 func TestAdversary52_LostRepliesWhileWaiting(t *testing.T) {
+	t.Parallel()
 	srv := leasetest.StartRedis(t)
 	p := leasetest.StartProxy(t, srv.Addr())
 	direct, _ := newClient(t, srv.Client(t))

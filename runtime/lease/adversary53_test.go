@@ -356,6 +356,7 @@ func adv53Queued(t *testing.T, hs, ws lease.Spec, recheck time.Duration, wctx co
 // overlap (a shared counter inside fn), fenced tokens must increase, and
 // afterwards the lock is free and no key is left without expiry.
 func TestAdversary53_ManyQueuedWaitersAtMaxmemory(t *testing.T) {
+	t.Parallel()
 	for _, fence := range []bool{false, true} {
 		t.Run(fmt.Sprint("fence=", fence), func(t *testing.T) {
 			srv := leasetest.StartRedis(t)
@@ -444,6 +445,7 @@ func TestAdversary53_ManyQueuedWaitersAtMaxmemory(t *testing.T) {
 // OOM; no two bodies overlap; tokens only increase; afterwards no key is
 // left without expiry and the lock is free.
 func TestAdversary53_ToggledMaxmemoryExclusion(t *testing.T) {
+	t.Parallel()
 	admin, key := adv53Toggle{callers: 9, recheck: 50 * time.Millisecond, step: 100 * time.Millisecond,
 		spec: lease.Spec{TTL: 2 * time.Second, Deadline: 6 * time.Second, Wait: 4 * time.Second, Fence: true},
 		hold: 10 * time.Millisecond, toggle: 60 * time.Millisecond, span: 80 * time.Millisecond}.run(t)
@@ -699,6 +701,7 @@ func TestAdversary53_NewWaiterBehindQueuedOneAtMaxmemory(t *testing.T) {
 // at once with ErrRefused naming OOM, not a hang, and nothing is left
 // without expiry. (Below maxmemory it would queue again.)
 func TestAdversary53_QueuedWaiterStalledAtMaxmemory(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	s := lease.Spec{TTL: 8 * time.Second, Deadline: 12 * time.Second}
 	ws := s
@@ -783,6 +786,7 @@ func TestAdversary53_WaiterClientClosedAtMaxmemory(t *testing.T) {
 // expects the waiter to get the key once the hold ends: it does (its
 // queue entry goes first, a write that frees memory; 482bf98 refused it).
 func TestAdversary53_HoldMinHolderAtMaxmemory(t *testing.T) {
+	t.Parallel()
 	sc := adv53Queued(t, lease.Spec{TTL: 5 * time.Second, Deadline: 10 * time.Second, HoldMin: 1500 * time.Millisecond},
 		lease.Spec{TTL: 5 * time.Second, Deadline: 10 * time.Second, Wait: 6 * time.Second}, 100*time.Millisecond,
 		context.Background(), func(context.Context) error { return nil })

@@ -303,6 +303,7 @@ type adv54Entry struct {
 // (one by the freed-key grant, the other by its release's handover), never
 // together, with tokens increasing across every round.
 func TestAdversary54_TwoWaitersRaceFreedKeyAtMaxmemory(t *testing.T) {
+	t.Parallel()
 	srv := leasetest.StartRedis(t)
 	admin := srv.Client(t)
 	ctx := context.Background()
@@ -373,6 +374,7 @@ func TestAdversary54_TwoWaitersRaceFreedKeyAtMaxmemory(t *testing.T) {
 // are expected; no two bodies overlap; tokens only increase; nothing is
 // left without expiry.
 func TestAdversary54_HoldMinChurnToggledMaxmemory(t *testing.T) {
+	t.Parallel()
 	admin, _ := adv53Toggle{callers: 12, recheck: 40 * time.Millisecond, step: 60 * time.Millisecond,
 		spec: lease.Spec{TTL: 2 * time.Second, Deadline: 6 * time.Second, Wait: 4 * time.Second, Fence: true, HoldMin: 30 * time.Millisecond},
 		hold: 5 * time.Millisecond, toggle: 80 * time.Millisecond, span: 120 * time.Millisecond}.run(t)
@@ -665,6 +667,7 @@ func TestAdversary54_PassedOverFencedWaiterAtMaxmemory(t *testing.T) {
 // it gets it by the first's release; fenced tokens increase; nothing is
 // left without expiry on that master.
 func TestAdversary54_ClusterFreedKeyAtMaxmemory(t *testing.T) {
+	t.Parallel()
 	cl := leasetest.StartCluster(t, 3)
 	ctx := context.Background()
 	rdb := cl.Client(t)

@@ -140,6 +140,7 @@ func TestAdversary_HoldMinReleaseReplayIsFalseLoss(t *testing.T) {
 // dial), reports ErrRefused, sends no release, and leaves a grant to an
 // identity nobody uses: the key is blocked for its whole TTL.
 func TestAdversary_LostReplyThenDialRefused(t *testing.T) {
+	t.Parallel()
 	srv := leasetest.StartRedis(t)
 	p := leasetest.StartProxy(t, srv.Addr())
 	var refuse atomic.Bool
@@ -289,6 +290,7 @@ func goroutinesIn(fn string) int {
 // deadline (the lease's validity) — long after Do returned. Promise (§4): "No
 // goroutine leaks: after Do returns, nothing it started is still running."
 func TestAdversary_RenewalGoroutineOutlivesDo(t *testing.T) {
+	t.Parallel()
 	c, rec, p, _, _ := advProxied(t, nil)
 	warm(t, c, "renew-leak")
 	ttl := 3 * time.Second
@@ -320,6 +322,7 @@ func TestAdversary_RenewalGoroutineOutlivesDo(t *testing.T) {
 // remaining hold"; "after Do returns, nothing it started is still running";
 // renewal is for leases whose function runs.
 func TestAdversary_RenewalReplayAfterReleaseUndoesHoldMin(t *testing.T) {
+	t.Parallel()
 	c, rec, p, direct, _ := advProxied(t, func(o *redis.Options) { o.PoolSize = 8 })
 	warm(t, c, "hold-a")
 	const trials = 3
@@ -392,6 +395,7 @@ func TestAdversary_RenewalReplayAfterReleaseUndoesHoldMin(t *testing.T) {
 // return ErrRefused naming the cause, not ErrUnknown or ErrBusy, never
 // enter fn, and send no release.
 func TestAdversary_ErrorClassesOfDefiniteFailures(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	check := func(t *testing.T, rdb *redis.Client, direct *redis.Client, want string, fence bool) {
 		t.Helper()
@@ -569,6 +573,7 @@ func TestAdversary_CloseWhileSubscriptionReconnects(t *testing.T) {
 // (2s) to see whether notifications resumed: a handoff slower than 150ms
 // means the waiter found the key by re-checking.
 func TestAdversary_NotificationsResumeAfterSubscriptionLoss(t *testing.T) {
+	t.Parallel()
 	for _, how := range []string{"client-kill", "restart"} {
 		t.Run(how, func(t *testing.T) {
 			srv := leasetest.StartRedis(t)
@@ -647,6 +652,7 @@ func TestAdversary_NotificationsResumeAfterSubscriptionLoss(t *testing.T) {
 // noise), whatever Redis does, on every path: acquire, wait, first
 // subscribe, work (fn honours its ctx), release, replicas.
 func TestAdversary_DeadlinesUnderFaults(t *testing.T) {
+	t.Parallel()
 	const slack = 100 * time.Millisecond
 	type scenario struct {
 		name  string
@@ -891,6 +897,7 @@ func TestAdversary_NestedLossIsObserved(t *testing.T) {
 // renewal and is lost too. Promise (issue 11 item 5, renew.go doc): "Each
 // lease is judged by its own validity"; one lease must not poison the batch.
 func TestAdversary_ForeignTypedKeyPoisonsRenewalBatch(t *testing.T) {
+	t.Parallel()
 	srv := leasetest.StartRedis(t)
 	c, rec := newClient(t, srv.Client(t))
 	direct := srv.Client(t)
@@ -941,6 +948,7 @@ func TestAdversary_ForeignTypedKeyPoisonsRenewalBatch(t *testing.T) {
 // on one key may overlap in time only if one of them was told (Do returned
 // ErrLost). Reentrant calls and hold-min are mixed in.
 func TestAdversary_SafetySoakThreeProcesses(t *testing.T) {
+	t.Parallel()
 	srv := leasetest.StartRedis(t)
 	type proc struct {
 		p *leasetest.Proxy
@@ -1124,6 +1132,7 @@ func TestAdversary_EveryStartedCallEndsWithDone(t *testing.T) {
 // Client (with waiting), and after a while closes the Client from inside
 // Observe: nothing deadlocks, every call returns within its budget.
 func TestAdversary_ObserverReentersTheClient(t *testing.T) {
+	t.Parallel()
 	srv := leasetest.StartRedis(t)
 	rdb := srv.Client(t)
 	var c *lease.Client
@@ -1195,6 +1204,7 @@ func TestAdversary_ObserverReentersTheClient(t *testing.T) {
 // context.Canceled. Asserted: the error wraps ctx.Err() and the budget
 // holds (both hold); the late return is logged as an observation.
 func TestAdversary_CancelWhileWaitingOnStalledRedis(t *testing.T) {
+	t.Parallel()
 	srv := leasetest.StartRedis(t)
 	c, _ := newClient(t, srv.Client(t), lease.WithRecheck(100*time.Millisecond))
 	direct := srv.Client(t)

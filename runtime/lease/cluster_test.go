@@ -17,6 +17,7 @@ import (
 // whose keys share one slot, notifications across nodes, batched renewals
 // through the Cluster pipeline, and increasing tokens on every shard.
 func TestCluster(t *testing.T) {
+	t.Parallel()
 	cl := leasetest.StartCluster(t, 3)
 	if _, err := lease.New(cl.Client(t, func(o *redis.ClusterOptions) { o.ContextTimeoutEnabled = false })); err == nil || !strings.Contains(err.Error(), "ContextTimeoutEnabled") {
 		t.Fatalf("New(ClusterClient without ContextTimeoutEnabled) = %v, want an error naming the option", err)

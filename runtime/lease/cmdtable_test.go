@@ -23,6 +23,7 @@ import (
 // grant, or (while the load is held up by the paused node) ErrRefused with
 // nothing sent; the paused master's key is never granted.
 func TestClusterFreshClientWithPausedMasterKeepsDeadline(t *testing.T) {
+	t.Parallel()
 	// The master stays paused for longer than the default node timeout
 	// (5 s): the others would mark it failed, and the Cluster would answer
 	// CLUSTERDOWN after the resume.
@@ -125,6 +126,7 @@ func TestClusterFreshClientWithPausedMasterKeepsDeadline(t *testing.T) {
 // loads the table and then fails to send it. No node sees it, and a call
 // right after New is not held up.
 func TestClusterCommandTableLoadSendsNothing(t *testing.T) {
+	t.Parallel()
 	cl := leasetest.StartCluster(t, 3)
 	ctx := context.Background()
 	c, err := lease.New(cl.Client(t))

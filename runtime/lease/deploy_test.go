@@ -182,6 +182,7 @@ func (ld *load) others() []string {
 // user's FailoverClient itself, so lease traffic follows the switch, and
 // the release subscription follows it too.
 func TestDeploySentinelFailoverFollowsTheClient(t *testing.T) {
+	t.Parallel()
 	sn := leasetest.StartSentinel(t)
 	ctx := context.Background()
 	c, _ := newClient(t, sn.FailoverClient(t), lease.WithRecheck(10*time.Second))
@@ -260,6 +261,7 @@ func TestDeploySentinelFailoverFollowsTheClient(t *testing.T) {
 // its replicas have moved, and a grant no replica has acknowledged is never
 // entered.
 func TestDeploySentinelRecipePreventsDoubleHolders(t *testing.T) {
+	t.Parallel()
 	for _, recipe := range []bool{false, true} {
 		name := "plain"
 		if recipe {
@@ -321,6 +323,7 @@ func TestDeploySentinelRecipePreventsDoubleHolders(t *testing.T) {
 // and the killed shard's keys are granted again soon after the cluster
 // recovers.
 func TestDeployClusterMasterKill(t *testing.T) {
+	t.Parallel()
 	cl := leasetest.StartClusterReplicas(t, 3, 1)
 	ctx := context.Background()
 	c, rec := newClient(t, cl.Client(t), lease.WithRecheck(200*time.Millisecond))
@@ -404,6 +407,7 @@ func TestDeployClusterMasterKill(t *testing.T) {
 // new acquires (also with WithReplicas, whose pipeline goes to one node)
 // follow the slot; MOVED/ASK/TRYAGAIN are never reported as unknown.
 func TestDeployClusterSlotMigration(t *testing.T) {
+	t.Parallel()
 	cl := leasetest.StartClusterReplicas(t, 3, 1)
 	ctx := context.Background()
 	for _, replicas := range []int{0, 1} {

@@ -66,6 +66,7 @@ func without(rules []string, drop ...string) []string {
 // The least-privilege ACL of the README is enough for every phase: grant,
 // fencing, waiting on notifications, renewal and release.
 func TestLeastPrivilegeACLRecipe(t *testing.T) {
+	t.Parallel()
 	srv := leasetest.StartRedis(t)
 	holder, _ := newClient(t, aclClient(t, srv, "leases1", leastPrivilege...))
 	waiter, rec := newClient(t, aclClient(t, srv, "leases2", leastPrivilege...), lease.WithRecheck(10*time.Second))
@@ -229,6 +230,7 @@ func TestMissingWaitPermissionsDegradeToRechecks(t *testing.T) {
 
 // Nothing could be sent: a refused connection is a definite failure.
 func TestRefusedConnectionIsRefused(t *testing.T) {
+	t.Parallel()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

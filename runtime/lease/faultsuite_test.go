@@ -76,6 +76,7 @@ func helperHolder() {
 // 4. A holder process paused (SIGSTOP) past its TTL: the next holder gets a
 // newer token, and the paused holder's late write is rejected.
 func TestFault04PausedHolder(t *testing.T) {
+	t.Parallel()
 	srv := leasetest.StartRedis(t)
 	rdb := srv.Client(t)
 	c, _ := newClient(t, rdb)
@@ -124,6 +125,7 @@ func TestFault04PausedHolder(t *testing.T) {
 // 6. The acquire times out while Redis is stopped and applies after it
 // resumes: no work, the orphan expires within the TTL, both counted.
 func TestFault06LateApplication(t *testing.T) {
+	t.Parallel()
 	srv := leasetest.StartRedis(t)
 	direct := srv.Client(t)
 	c, rec := newClient(t, srv.Client(t))
@@ -311,6 +313,7 @@ func waitReplica(t *testing.T, m *redis.Client) {
 // 12. CLIENT PAUSE WRITE longer than the renew interval: renewals get no
 // reply, the work is cancelled when the last confirmed validity ends.
 func TestFault12ClientPauseWrite(t *testing.T) {
+	t.Parallel()
 	srv := leasetest.StartRedis(t)
 	direct := srv.Client(t)
 	c, _ := newClient(t, srv.Client(t))
@@ -466,6 +469,7 @@ func injectFaults(stop <-chan struct{}, srv *leasetest.Server, proxies []*leaset
 }
 
 func TestFault15Soak(t *testing.T) {
+	t.Parallel()
 	srv := leasetest.StartRedis(t)
 	const holders = 4
 	var clients []*lease.Client

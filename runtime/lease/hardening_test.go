@@ -163,6 +163,7 @@ func TestNestedSpecApplies(t *testing.T) {
 // 3a. fn outlives its validity while renewals get no reply and the CPU is
 // busy: whatever the timers did, Do returns ErrLost.
 func TestOverrunIsLoss(t *testing.T) {
+	t.Parallel()
 	c, _, p, _, _ := proxied(t, nil)
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
 	const trials = 12
@@ -379,6 +380,7 @@ func TestReleaseReplayIsNotALoss(t *testing.T) {
 // 5a. One lease past its validity (its fn ignores cancellation) does not
 // poison the renewals of healthy leases after Redis recovers from a stall.
 func TestExpiredLeaseDoesNotPoisonRenewals(t *testing.T) {
+	t.Parallel()
 	srv := leasetest.StartRedis(t)
 	c, rec := newClient(t, srv.Client(t))
 	ttl := 300 * time.Millisecond
@@ -551,6 +553,7 @@ var lostShort atomic.Int32
 // slow, or whose connection is reset while replies are blackholed, does not
 // hold up other calls past their deadlines.
 func TestSlowSubscriptionDoesNotDelayOtherCalls(t *testing.T) {
+	t.Parallel()
 	c, _, p, direct, _ := proxied(t, nil)
 	ctx := context.Background()
 	// Two busy keys held by another owner; warm the pool.

@@ -305,6 +305,7 @@ func TestList(t *testing.T) {
 // On a Cluster, List scans every master: keys in slots of all three are
 // listed, through cursors that name the master.
 func TestListCluster(t *testing.T) {
+	t.Parallel()
 	cl := leasetest.StartCluster(t, 3)
 	c, _ := newClient(t, cl.Client(t))
 	ctx := context.Background()

@@ -217,6 +217,7 @@ func TestLeadGracefulHandoff(t *testing.T) {
 // lost terms. Measured: failover after the leader dies (paused, killed)
 // within TTL + re-check, and how soon a cut-off leader is told.
 func TestLeadUnderFaults(t *testing.T) {
+	t.Parallel()
 	const ttl, recheck = 500 * time.Millisecond, 100 * time.Millisecond
 	const slack = 150 * time.Millisecond // timers on a loaded 2-core machine
 	srv := leasetest.StartRedis(t)
@@ -370,6 +371,7 @@ func TestLeadUnderFaults(t *testing.T) {
 // takes over, and the resumed one starts no term until that leader steps
 // down.
 func TestLeadPausedCampaignerStartsNoTerm(t *testing.T) {
+	t.Parallel()
 	const ttl = 500 * time.Millisecond
 	srv := leasetest.StartRedis(t)
 	rdb := srv.Client(t)
@@ -420,6 +422,7 @@ func TestLeadPausedCampaignerStartsNoTerm(t *testing.T) {
 // read) does not lead, whatever the server granted, and leads once the
 // delay is gone.
 func TestLeadGrantReadTooLateStartsNoTerm(t *testing.T) {
+	t.Parallel()
 	const ttl = 500 * time.Millisecond
 	srv := leasetest.StartRedis(t)
 	rdb := srv.Client(t)
@@ -697,6 +700,7 @@ func TestWatchLeaderHandoverNotified(t *testing.T) {
 // leader is replaced by an error once its lease has run out. It ends when
 // the Client closes.
 func TestWatchLeader(t *testing.T) {
+	t.Parallel()
 	const ttl, recheck = 500 * time.Millisecond, 100 * time.Millisecond
 	const slack = 150 * time.Millisecond
 	srv := leasetest.StartRedis(t)

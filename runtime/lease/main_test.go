@@ -3,8 +3,11 @@ package lease_test
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"os"
+	"runtime"
+	"strconv"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -24,6 +27,18 @@ func TestMain(m *testing.M) {
 	}
 	if os.Getenv("LEASE_HELPER_CANDIDATE") != "" {
 		helperCandidate() // a subprocess candidate of the leader election tests
+	}
+	// The tests marked parallel (about a third, the slow ones: fault
+	// injection, failovers, soaks, which mostly wait) run four at a time
+	// unless -parallel says otherwise; the default (GOMAXPROCS, two here)
+	// would leave the package at most of its serial time. They run after
+	// every other test has ended (so goroutine counts are not disturbed),
+	// each on its own servers.
+	flag.Parse()
+	set := false
+	flag.Visit(func(f *flag.Flag) { set = set || f.Name == "test.parallel" })
+	if !set {
+		flag.Set("test.parallel", strconv.Itoa(max(4, runtime.GOMAXPROCS(0))))
 	}
 	os.Exit(leasetest.RunTests(m, &shared))
 }

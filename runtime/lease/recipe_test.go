@@ -49,6 +49,7 @@ func TestReadmeACLRecipeIsTheTestedOne(t *testing.T) {
 // On a Cluster the recipe adds what go-redis's ClusterClient needs to learn
 // the slot map; leases, waiting and fencing work under it on every shard.
 func TestDeployACLRecipeOnCluster(t *testing.T) {
+	t.Parallel()
 	cl := leasetest.StartCluster(t, 3)
 	rules := readmeACL(t, true)
 	holder, _ := newClient(t, cl.ACLUser(t, "leases", "secret", rules...))

@@ -21,6 +21,7 @@ import (
 // ends before its fn (not granted in time) is reported, and does not hang
 // the wait for all to be held.
 func TestRenewalsOfStaggeredLeasesShareBatches(t *testing.T) {
+	t.Parallel()
 	srv := leasetest.StartRedis(t)
 	rdb := srv.Client(t)
 	hook := &countHook{}

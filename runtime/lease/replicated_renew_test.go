@@ -22,6 +22,7 @@ import (
 // renewals are no longer acknowledged, and it is told of the loss within
 // its validity, with no confirmed renewal after the promotion.
 func TestRenewalsWaitForReplicas(t *testing.T) {
+	t.Parallel()
 	srv := leasetest.StartRedis(t)
 	rep := srv.StartReplica(t)
 	srv.WaitReplicas(t, rep)

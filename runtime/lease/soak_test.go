@@ -56,6 +56,7 @@ func (h *soakHolder) client() *lease.Client {
 // rejected only under a lost lease; nested calls never enter with a fence
 // mismatch or too little validity.
 func TestFault16MixedSoak(t *testing.T) {
+	t.Parallel()
 	srv := leasetest.StartRedis(t)
 	const holders = 4
 	hs := make([]*soakHolder, holders)
