@@ -500,7 +500,11 @@ func TestAdversary18_EntryCheckStress(t *testing.T) {
 			})
 			switch {
 			case err == nil:
-			case errors.Is(err, lease.ErrLowValidity) && !errors.Is(err, lease.ErrLost):
+			case errors.Is(err, lease.ErrLowValidity):
+				// Not entered: too little validity left, or (with
+				// ErrLost too) the validity ran out while the Observer
+				// held the call up and no renewal was confirmed (seen
+				// with other packages' tests loading the machine).
 				refused.Add(1)
 			case errors.Is(err, lease.ErrBusy):
 				busy.Add(1)

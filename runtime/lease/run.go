@@ -144,11 +144,14 @@ func (a *call) run(ctx context.Context, l *Lease, fn func(context.Context) error
 		return fmt.Errorf("%w: key %q: the Client was closed before the function was entered", ErrClosed, a.key)
 	}
 	if l.isLost() {
-		// Both classes: not entered (ErrLowValidity), and the kept lease
-		// is lost (ErrLost, as Spec.Keep says its calls get once the loss
-		// is known; TestAdversary17_KeptReuseRightAfterForceRelease saw
-		// the loss land between takeKept and this check).
-		err = fmt.Errorf("%w: key %q: the kept lease was lost before the function was entered (%w)", ErrLowValidity, a.key, l.Err())
+		// Both classes: not entered (ErrLowValidity), and the lease is
+		// lost (ErrLost, as Spec.Keep says a kept lease's calls get once
+		// the loss is known; TestAdversary17_KeptReuseRightAfterForceRelease
+		// saw the loss land between takeKept and this check). A fresh
+		// grant gets here too when its validity ran out while this
+		// goroutine was held up (a slow Observer, a pause) and no renewal
+		// was confirmed meanwhile (TestAdversary18_EntryCheckStress).
+		err = fmt.Errorf("%w: key %q: the lease was lost before the function was entered (%w)", ErrLowValidity, a.key, l.Err())
 		a.observe(Event{Kind: EventLowValidity, Err: err})
 		returned = true
 		return err
