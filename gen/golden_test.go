@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 
 	"golang.org/x/tools/txtar"
@@ -35,107 +36,117 @@ func TestGolden(t *testing.T) {
 	gentest.Env(t)
 	mod := t.TempDir()
 	gentest.WriteModule(t, mod)
-	var built []string
-	for _, path := range cases {
-		name := strings.TrimSuffix(filepath.Base(path), ".txtar")
-		ar, err := txtar.ParseFile(path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		dir := filepath.Join(mod, name)
-		os.MkdirAll(dir, 0o755)
-		var wantOut, wantErrs, wantWarns *txtar.File
-		for i := range ar.Files {
-			f := &ar.Files[i]
-			switch f.Name {
-			case "want/lease_gen.go":
-				wantOut = f
-			case "want.errors":
-				wantErrs = f
-			case "want.warnings":
-				wantWarns = f
-			default:
-				p := filepath.Join(dir, f.Name)
-				os.MkdirAll(filepath.Dir(p), 0o755)
-				if err := os.WriteFile(p, f.Data, 0o644); err != nil {
-					t.Fatal(err)
-				}
+	var (
+		mu    sync.Mutex
+		built []string
+	)
+	// The cases generate in parallel (each in its own directory; the
+	// generator shares nothing between calls); the builds wait for all.
+	t.Run("cases", func(t *testing.T) {
+		for _, path := range cases {
+			name := strings.TrimSuffix(filepath.Base(path), ".txtar")
+			ar, err := txtar.ParseFile(path)
+			if err != nil {
+				t.Fatal(err)
 			}
-		}
-		if (wantOut == nil) == (wantErrs == nil) && !*update {
-			t.Errorf("%s: need exactly one of want/lease_gen.go and want.errors", name)
-			continue
-		}
-		t.Run(name, func(t *testing.T) {
-			var warns bytes.Buffer
-			files, err := gen.Generate(gen.Config{Dir: dir, Warn: func(w scanner.Error) { fmt.Fprintln(&warns, w.Error()) }})
-			var got []byte
-			isErr := err != nil
-			if isErr {
-				var list scanner.ErrorList
-				if errors.As(err, &list) {
-					var b bytes.Buffer
-					for _, e := range list {
-						fmt.Fprintln(&b, e)
-					}
-					got = b.Bytes()
-				} else {
-					got = []byte(strings.ReplaceAll(err.Error(), dir+string(filepath.Separator), "") + "\n")
-				}
-			} else {
-				for _, f := range files {
-					if f.Data != nil {
-						if formatted, err := format.Source(f.Data); err != nil || !bytes.Equal(formatted, f.Data) {
-							t.Errorf("%s is not gofmt'd (%v)", f.Path, err)
-						}
-					}
-					got = append(got, f.Data...)
-					if f.Data != nil {
-						if err := os.WriteFile(f.Path, f.Data, 0o644); err != nil {
-							t.Fatal(err)
-						}
-						built = append(built, "./"+name)
+			dir := filepath.Join(mod, name)
+			os.MkdirAll(dir, 0o755)
+			var wantOut, wantErrs, wantWarns *txtar.File
+			for i := range ar.Files {
+				f := &ar.Files[i]
+				switch f.Name {
+				case "want/lease_gen.go":
+					wantOut = f
+				case "want.errors":
+					wantErrs = f
+				case "want.warnings":
+					wantWarns = f
+				default:
+					p := filepath.Join(dir, f.Name)
+					os.MkdirAll(filepath.Dir(p), 0o755)
+					if err := os.WriteFile(p, f.Data, 0o644); err != nil {
+						t.Fatal(err)
 					}
 				}
 			}
-			if *update {
-				var keep []txtar.File
-				for _, f := range ar.Files {
-					if f.Name != "want/lease_gen.go" && f.Name != "want.errors" && f.Name != "want.warnings" {
-						keep = append(keep, f)
-					}
-				}
-				wantName := "want/lease_gen.go"
+			if (wantOut == nil) == (wantErrs == nil) && !*update {
+				t.Errorf("%s: need exactly one of want/lease_gen.go and want.errors", name)
+				continue
+			}
+			t.Run(name, func(t *testing.T) {
+				t.Parallel()
+				var warns bytes.Buffer
+				files, err := gen.Generate(gen.Config{Dir: dir, Warn: func(w scanner.Error) { fmt.Fprintln(&warns, w.Error()) }})
+				var got []byte
+				isErr := err != nil
 				if isErr {
-					wantName = "want.errors"
+					var list scanner.ErrorList
+					if errors.As(err, &list) {
+						var b bytes.Buffer
+						for _, e := range list {
+							fmt.Fprintln(&b, e)
+						}
+						got = b.Bytes()
+					} else {
+						got = []byte(strings.ReplaceAll(err.Error(), dir+string(filepath.Separator), "") + "\n")
+					}
+				} else {
+					for _, f := range files {
+						if f.Data != nil {
+							if formatted, err := format.Source(f.Data); err != nil || !bytes.Equal(formatted, f.Data) {
+								t.Errorf("%s is not gofmt'd (%v)", f.Path, err)
+							}
+						}
+						got = append(got, f.Data...)
+						if f.Data != nil {
+							if err := os.WriteFile(f.Path, f.Data, 0o644); err != nil {
+								t.Fatal(err)
+							}
+							mu.Lock()
+							built = append(built, "./"+name)
+							mu.Unlock()
+						}
+					}
 				}
-				ar.Files = append(keep, txtar.File{Name: wantName, Data: got})
-				if warns.Len() > 0 {
-					ar.Files = append(ar.Files, txtar.File{Name: "want.warnings", Data: warns.Bytes()})
+				if *update {
+					var keep []txtar.File
+					for _, f := range ar.Files {
+						if f.Name != "want/lease_gen.go" && f.Name != "want.errors" && f.Name != "want.warnings" {
+							keep = append(keep, f)
+						}
+					}
+					wantName := "want/lease_gen.go"
+					if isErr {
+						wantName = "want.errors"
+					}
+					ar.Files = append(keep, txtar.File{Name: wantName, Data: got})
+					if warns.Len() > 0 {
+						ar.Files = append(ar.Files, txtar.File{Name: "want.warnings", Data: warns.Bytes()})
+					}
+					if err := os.WriteFile(path, txtar.Format(ar), 0o644); err != nil {
+						t.Fatal(err)
+					}
+					return
 				}
-				if err := os.WriteFile(path, txtar.Format(ar), 0o644); err != nil {
-					t.Fatal(err)
+				switch {
+				case wantWarns == nil && warns.Len() > 0:
+					t.Errorf("unexpected warnings:\n%s", warns.Bytes())
+				case wantWarns != nil && !bytes.Equal(warns.Bytes(), wantWarns.Data):
+					t.Errorf("warnings differ\n--- got\n%s--- want\n%s", warns.Bytes(), wantWarns.Data)
 				}
-				return
-			}
-			switch {
-			case wantWarns == nil && warns.Len() > 0:
-				t.Errorf("unexpected warnings:\n%s", warns.Bytes())
-			case wantWarns != nil && !bytes.Equal(warns.Bytes(), wantWarns.Data):
-				t.Errorf("warnings differ\n--- got\n%s--- want\n%s", warns.Bytes(), wantWarns.Data)
-			}
-			switch {
-			case wantErrs != nil && !isErr:
-				t.Fatalf("generated without errors; want:\n%s", wantErrs.Data)
-			case wantOut != nil && isErr:
-				t.Fatalf("unexpected errors:\n%s", got)
-			case wantErrs != nil && !bytes.Equal(got, wantErrs.Data):
-				t.Fatalf("errors differ\n--- got\n%s--- want\n%s", got, wantErrs.Data)
-			case wantOut != nil && !bytes.Equal(got, wantOut.Data):
-				t.Fatalf("output differs (run go test ./gen -update to accept)\n--- got\n%s--- want\n%s", got, wantOut.Data)
-			}
-		})
-	}
+				switch {
+				case wantErrs != nil && !isErr:
+					t.Fatalf("generated without errors; want:\n%s", wantErrs.Data)
+				case wantOut != nil && isErr:
+					t.Fatalf("unexpected errors:\n%s", got)
+				case wantErrs != nil && !bytes.Equal(got, wantErrs.Data):
+					t.Fatalf("errors differ\n--- got\n%s--- want\n%s", got, wantErrs.Data)
+				case wantOut != nil && !bytes.Equal(got, wantOut.Data):
+					t.Fatalf("output differs (run go test ./gen -update to accept)\n--- got\n%s--- want\n%s", got, wantOut.Data)
+				}
+			})
+		}
+	})
 	if t.Failed() || len(built) == 0 {
 		return
 	}
