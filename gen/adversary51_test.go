@@ -24,9 +24,6 @@ import (
 // go build that fails with no package named fails the test.
 func adv51BuildEach(t *testing.T, mod string, pkgs []string, env ...string) map[string]string {
 	t.Helper()
-	if len(pkgs) == 0 {
-		return nil
-	}
 	args := []string{"build", "-json"}
 	for _, pkg := range pkgs {
 		args = append(args, "./"+pkg)

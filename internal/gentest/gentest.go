@@ -82,7 +82,7 @@ func Env(t testing.TB) {
 // and find the standard library and every dependency in the build cache.
 // Without it, a cold cache (CI's) compiles all of them once more for the
 // configuration without -race: about a minute on two cores.
-const Flags = flags
+const Flags = CrossFlags + raceFlag
 
 // ToolBuild is the flag for a go build or go run of a tool the test runs
 // (cmd/leasecheck, by itself or as go vet's -vettool): -race=false, which
@@ -103,20 +103,20 @@ const CrossFlags = "-mod=mod"
 // (it needs cgo); the rest of GOFLAGS stays.
 func GoEnv(env ...string) []string {
 	cross := false
-	flags := os.Getenv("GOFLAGS")
+	goflags := os.Getenv("GOFLAGS")
 	for _, e := range env {
 		k, v, _ := strings.Cut(e, "=")
 		switch {
 		case k == "GOOS" && v != runtime.GOOS, k == "GOARCH" && v != runtime.GOARCH, k == "CGO_ENABLED" && v == "0":
 			cross = true
 		case k == "GOFLAGS":
-			flags = v
+			goflags = v
 		}
 	}
 	out := append(os.Environ(), env...)
 	if cross {
 		var keep []string
-		for _, f := range strings.Fields(flags) {
+		for _, f := range strings.Fields(goflags) {
 			if f != "-race" && f != "-race=true" {
 				keep = append(keep, f)
 			}

@@ -2,6 +2,5 @@
 
 package gentest
 
-const race = false
-
-const flags = "-mod=mod"
+// raceFlag is what Flags adds to CrossFlags in a test binary built with -race.
+const raceFlag = ""

@@ -2,6 +2,5 @@
 
 package gentest
 
-const race = true
-
-const flags = "-mod=mod -race"
+// raceFlag is what Flags adds to CrossFlags in a test binary built with -race.
+const raceFlag = " -race"

@@ -107,7 +107,7 @@ var adv52TTL = regexp.MustCompile(`ttl=(\d+\.\d)s`)
 // (9.9s against 10.0s was seen with other packages' tests running).
 func adv52Same(a, b string) bool {
 	ta, tb := adv52TTL.FindAllStringSubmatch(a, -1), adv52TTL.FindAllStringSubmatch(b, -1)
-	if len(ta) != len(tb) || adv52TTL.ReplaceAllString(a, "ttl=?") != adv52TTL.ReplaceAllString(b, "ttl=?") {
+	if adv52TTL.ReplaceAllString(a, "ttl=?") != adv52TTL.ReplaceAllString(b, "ttl=?") {
 		return false
 	}
 	for i := range ta {
