@@ -313,7 +313,6 @@ func waitReplica(t *testing.T, m *redis.Client) {
 // 12. CLIENT PAUSE WRITE longer than the renew interval: renewals get no
 // reply, the work is cancelled when the last confirmed validity ends.
 func TestFault12ClientPauseWrite(t *testing.T) {
-	t.Parallel()
 	srv := leasetest.StartRedis(t)
 	direct := srv.Client(t)
 	c, _ := newClient(t, srv.Client(t))

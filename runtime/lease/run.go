@@ -143,22 +143,23 @@ func (a *call) run(ctx context.Context, l *Lease, fn func(context.Context) error
 		returned = true
 		return fmt.Errorf("%w: key %q: the Client was closed before the function was entered", ErrClosed, a.key)
 	}
-	if l.isLost() {
-		// Both classes: not entered (ErrLowValidity), and the lease is
-		// lost (ErrLost, as Spec.Keep says a kept lease's calls get once
-		// the loss is known; TestAdversary17_KeptReuseRightAfterForceRelease
-		// saw the loss land between takeKept and this check). A fresh
-		// grant gets here too when its validity ran out while this
-		// goroutine was held up (a slow Observer, a pause) and no renewal
-		// was confirmed meanwhile (TestAdversary18_EntryCheckStress).
-		err = fmt.Errorf("%w: key %q: the lease was lost before the function was entered (%w)", ErrLowValidity, a.key, l.Err())
+	// The validity clock first: a lease whose validity ran out before
+	// entry (a slow Observer, a pause) is refused for that, whether or not
+	// its validity timer has marked it lost yet, so the error does not
+	// depend on which goroutine ran first (TestAdversary18_RefusedEntryReleasesAtOnce).
+	now := time.Now()
+	if left := l.valid().Sub(now); left < a.spec.MinValidity {
+		err = fmt.Errorf("%w: key %q: %v left when the function was to be entered, need %v", ErrLowValidity, a.key, max(left, 0).Round(time.Millisecond), a.spec.MinValidity)
 		a.observe(Event{Kind: EventLowValidity, Err: err})
 		returned = true
 		return err
 	}
-	now := time.Now()
-	if left := l.valid().Sub(now); left < a.spec.MinValidity {
-		err = fmt.Errorf("%w: key %q: %v left when the function was to be entered, need %v", ErrLowValidity, a.key, max(left, 0).Round(time.Millisecond), a.spec.MinValidity)
+	if l.isLost() {
+		// Both classes: not entered (ErrLowValidity), and the kept lease
+		// is lost with validity left (ErrLost, as Spec.Keep says its calls
+		// get once the loss is known; TestAdversary17_KeptReuseRightAfterForceRelease
+		// saw the loss land between takeKept and this check).
+		err = fmt.Errorf("%w: key %q: the lease was lost before the function was entered (%w)", ErrLowValidity, a.key, l.Err())
 		a.observe(Event{Kind: EventLowValidity, Err: err})
 		returned = true
 		return err
