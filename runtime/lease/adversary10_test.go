@@ -105,6 +105,7 @@ func adv10Handover(t *testing.T, holder, waiter *lease.Client, op *lease.Client,
 // at their next re-check. Liveness (handover at once, on the message) for
 // keys such as "order 42" or a prefix "my app:".
 func TestAdversary10_SpaceInKeyDropsEveryInboxMessage(t *testing.T) {
+	t.Parallel()
 	srv := leasetest.StartRedis(t)
 	const recheck = 3 * time.Second
 	for _, tc := range []struct {
@@ -146,6 +147,7 @@ func TestAdversary10_SpaceInKeyDropsEveryInboxMessage(t *testing.T) {
 // hands the waiter the key for its full TTL (its inbox is subscribed) and
 // tells it, and the waiter finds the grant only at its re-check.
 func TestAdversary10_HandoverBeforeFirstJoinIsDropped(t *testing.T) {
+	t.Parallel()
 	srv := leasetest.StartRedis(t)
 	const recheck = 3 * time.Second
 	holder, _ := newClient(t, srv.Client(t))

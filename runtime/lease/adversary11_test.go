@@ -292,6 +292,7 @@ func TestAdversary11_MixedInboxFencedSoakNoOverlap(t *testing.T) {
 // to be allowed to publish on the lease channels (the README's recipes
 // grant &lease:*).
 func TestAdversary11_HolderACLRefusesWaiterInboxPublish(t *testing.T) {
+	t.Parallel()
 	srv := leasetest.StartRedis(t)
 	const recheck = 3 * time.Second
 	rules := append(without(leastPrivilege, "&lease:*"), "&lease:{k*}:c")

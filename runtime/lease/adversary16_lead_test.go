@@ -131,6 +131,7 @@ func TestAdversary16_FnCtxEndsBeforeServerExpiry(t *testing.T) {
 // ends the current term (the leader's renewal finds its key gone) and the
 // next term's token must exceed every earlier one.
 func TestAdversary16_TokenFloorAcrossDataLoss(t *testing.T) {
+	t.Parallel()
 	const ttl = 300 * time.Millisecond
 	srv := leasetest.StartRedis(t)
 	rdb := srv.Client(t)

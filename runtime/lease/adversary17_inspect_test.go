@@ -126,6 +126,7 @@ func TestAdversary17_ForceReleaseRacingHandover(t *testing.T) {
 // release answers as the first run did): that is documented, and the
 // test records it.
 func TestAdversary17_TwoOperatorsSameIdentity(t *testing.T) {
+	t.Parallel()
 	hc, _ := sharedClient(t)
 	wc, _ := sharedClient(t)
 	op1, _ := newClient(t, shared.Client(t))
@@ -192,6 +193,7 @@ func TestAdversary17_TwoOperatorsSameIdentity(t *testing.T) {
 // acquires afresh, reports the loss, or (a silent reuse) is followed by an
 // EventLost for the key, naming the release from outside, within a second.
 func TestAdversary17_KeptReuseRightAfterForceRelease(t *testing.T) {
+	t.Parallel()
 	c, rec := sharedClient(t)
 	admin, _ := newClient(t, shared.Client(t))
 	direct := shared.Client(t)
@@ -259,6 +261,7 @@ func a17LossReported(rec *leasetest.Recorder, key string, d time.Duration) bool 
 // the key, naming the release from outside, within a second. With fencing
 // (Spec.Fence), the newer holder's token refuses the old one's writes.
 func TestAdversary17_KeptReuseOverlapAfterForceReleaseIsReported(t *testing.T) {
+	t.Parallel()
 	c, rec := sharedClient(t)
 	other, _ := newClient(t, shared.Client(t))
 	ctx := context.Background()
@@ -447,6 +450,7 @@ func (*cutHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Proces
 // so nothing reached the server: a test artefact. The unknown outcome is
 // covered by cmd/leasectl TestAdversary17_PausedBetweenShowAndConfirm.)
 func TestAdversary17_ForceReleaseLostReply(t *testing.T) {
+	t.Parallel()
 	srv := leasetest.StartRedis(t)
 	hc, _ := newClient(t, srv.Client(t))
 	wc, _ := newClient(t, srv.Client(t))

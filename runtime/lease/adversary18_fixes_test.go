@@ -93,6 +93,7 @@ func adv18Lock(rdb *redis.Client, key string) (string, time.Duration) {
 // ErrLost), EventLowValidity then EventDone are observed, and the key is
 // free as soon as Do returns (released, not left for its TTL).
 func TestAdversary18_RefusedEntryReleasesAtOnce(t *testing.T) {
+	t.Parallel()
 	const ttl = 600 * time.Millisecond
 	direct := shared.Client(t)
 	c, obs := adv18Client(t, shared.Client(t))
@@ -168,6 +169,7 @@ func TestAdversary18_RefusedEntryReleasesAtOnce(t *testing.T) {
 // call's release must not touch the new holder's lease, and its error is
 // still ErrLowValidity.
 func TestAdversary18_RefusedEntryAfterTakeoverLeavesNewHolder(t *testing.T) {
+	t.Parallel()
 	const ttl = 400 * time.Millisecond
 	direct := shared.Client(t)
 	a, obsA := adv18Client(t, shared.Client(t))
@@ -271,6 +273,7 @@ func TestAdversary18_RefusedEntryHoldMinHoldsKey(t *testing.T) {
 // error wraps ErrLowValidity, the lease is released (not kept again), and
 // the next call acquires afresh (a new token).
 func TestAdversary18_RefusedEntryKeptLease(t *testing.T) {
+	t.Parallel()
 	const ttl = 900 * time.Millisecond
 	srv := leasetest.StartRedis(t)
 	direct := srv.Client(t)

@@ -72,6 +72,7 @@ func adv23Client(t *testing.T, addr string, opts ...lease.Option) (*lease.Client
 // the departed waiters). The next waiter Q waited 3s (W's TTL) instead of
 // getting the key at once. 8153029 restored the removal.
 func TestAdversary23_StaleRestartLeavesGrantedEntry(t *testing.T) {
+	t.Parallel()
 	srv := leasetest.StartRedis(t)
 	admin := srv.Client(t)
 	ctx := context.Background()

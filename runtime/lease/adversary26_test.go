@@ -64,6 +64,7 @@ func (a *adv26Term) stop(t *testing.T) {
 // holder, just like a Do's ("1"), and must be reported as "released", not
 // as "expired".
 func TestAdversary26_WatchHowLeaderRelease(t *testing.T) {
+	t.Parallel()
 	srv := leasetest.StartRedis(t)
 	c, _ := newClient(t, srv.Client(t))
 	watcher, _ := newClient(t, srv.Client(t))

@@ -477,6 +477,7 @@ func TestAdversary27_LongMemberHandover(t *testing.T) {
 // its unconfirmed release is reported. Bound: the budget + 1s, well
 // under the BLPOP's 4s.
 func TestAdversary27_PoolExhaustedAtRelease(t *testing.T) {
+	t.Parallel()
 	for _, fence := range []bool{false, true} {
 		c, rec, _, direct, _ := proxied(t, func(o *redis.Options) { o.PoolSize = 1; o.MaxRetries = 3 })
 		rdb := c.Redis().(*redis.Client)

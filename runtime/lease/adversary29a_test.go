@@ -56,6 +56,7 @@ func (o *adv29aObs) Observe(e lease.Event) {
 // looks at the validity clock only, which a loss does not move.
 // (Failed on a606aab: fn was entered, Do returned ErrLost afterwards.)
 func TestAdversary29a_KeptLostBeforeEntryIsNotEntered(t *testing.T) {
+	t.Parallel()
 	obs := newAdv29aObs()
 	a, err := lease.New(shared.Client(t), lease.WithObserver(obs))
 	if err != nil {
@@ -284,6 +285,7 @@ func TestAdversary29a_KeptVsWaitersUnderReplyFaultsAndPauses(t *testing.T) {
 // kept lease, no waiter). Keep 1µs makes keepEnded race keep itself.
 // (Failed on a606aab: 11-15 of 300 channels left subscribed.)
 func TestAdversary29a_KeepEndedDuringKeepLeaksNoSubscription(t *testing.T) {
+	t.Parallel()
 	c, _ := sharedClient(t)
 	admin := shared.Client(t)
 	ctx := context.Background()
@@ -393,6 +395,7 @@ func TestAdversary29a_NestedHeldUpWhileAnotherClientHolds(t *testing.T) {
 // MinValidity check came before the contexts; the last look only asked
 // whether the lease was still valid at all.)
 func TestAdversary29a_NestedHeldUpBelowMinValidity(t *testing.T) {
+	t.Parallel()
 	p := leasetest.StartProxy(t, shared.Addr())
 	rdb := redis.NewClient(&redis.Options{Addr: p.Addr(), ContextTimeoutEnabled: true})
 	t.Cleanup(func() { rdb.Close() })

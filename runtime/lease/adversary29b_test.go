@@ -63,6 +63,7 @@ func (w *adv29bWatch) find(kind lease.ChangeKind) []lease.Change {
 // apart. With a listing interval over a second, Watch inferred "released"
 // from the TTL last seen.
 func TestAdversary29b_WatchVanishedLeaseNotReleased(t *testing.T) {
+	t.Parallel()
 	prefix := fmt.Sprintf("adv29b-%s:", uniqueKey(t))
 	c, _ := sharedClient(t, lease.WithPrefix(prefix))
 	watcher, _ := sharedClient(t, lease.WithPrefix(prefix))
@@ -536,6 +537,7 @@ func TestAdversary29b_NastyOwners(t *testing.T) {
 // the server, for as long as the key stays), but look again within the
 // re-check interval like any other change.
 func TestAdversary29b_WatchLeaderNoExpiryNoSpin(t *testing.T) {
+	t.Parallel()
 	srv := leasetest.StartRedis(t)
 	rdb := srv.Client(t)
 	c, _ := newClient(t, srv.Client(t), lease.WithRecheck(200*time.Millisecond))

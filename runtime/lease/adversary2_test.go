@@ -115,6 +115,7 @@ func TestAdversary2_EscapedContextReentersKeptLeaseOfAnotherCall(t *testing.T) {
 // another key, spin forever at 100% CPU. Run in a subprocess that is killed
 // when it hangs.
 func TestAdversary2_KeptLeaseParentCycleHangs(t *testing.T) {
+	t.Parallel()
 	if os.Getenv("LEASE_ADV2_CHILD") == "cycle" {
 		adv2CycleChild(t)
 		return
@@ -1161,6 +1162,7 @@ func (p *switchProxy) accept() {
 // waiter relying on notifications (re-check 10s) gets the key within ~2s of
 // the release, not after its re-check.
 func TestAdversary2_ProbeMovesSubscriptionAfterSwitch(t *testing.T) {
+	t.Parallel()
 	a := leasetest.StartRedis(t)
 	b := leasetest.StartRedis(t)
 	p := startSwitchProxy(t, a.Addr())
@@ -1206,6 +1208,7 @@ func TestAdversary2_ProbeMovesSubscriptionAfterSwitch(t *testing.T) {
 // subscriptions killed over and over (CLIENT KILL TYPE pubsub every 150ms)
 // must not stop handoffs either.
 func TestAdversary2_SubscriptionDeafOrKilledHandoffStillPrompt(t *testing.T) {
+	t.Parallel()
 	t.Run("deaf-from-birth", func(t *testing.T) {
 		c, _, p, _, srv := advProxied(t, nil, lease.WithRecheck(10*time.Second))
 		holderC, _ := newClient(t, srv.Client(t))
@@ -1372,6 +1375,7 @@ func TestAdversary2_ReplicasHandoffUnacknowledgedPassesOn(t *testing.T) {
 // holder must be told (ErrLost) if its fn overlaps a waiter's, and tokens
 // must keep increasing (time floor).
 func TestAdversary2_RestartLosesQueue(t *testing.T) {
+	t.Parallel()
 	srv := leasetest.StartRedis(t)
 	holderC, _ := newClient(t, srv.Client(t))
 	var ws []*lease.Client

@@ -163,6 +163,7 @@ func TestAdversary33_SpecChecksAndZeroValues(t *testing.T) {
 }
 
 func TestAdversary33_HoldMinLongerThanTTL(t *testing.T) {
+	t.Parallel()
 	c, _ := sharedClient(t)
 	c2, _ := sharedClient(t)
 	start := time.Now()
@@ -430,6 +431,7 @@ func TestAdversary33_NoKeyWithoutExpiry(t *testing.T) {
 // and the deadline went unreported, no EventDeadlineExceeded either,
 // although fn's context.Cause was ErrDeadline.
 func TestAdversary33_KeepDoesNotHideTheDeadline(t *testing.T) {
+	t.Parallel()
 	c, rec := sharedClient(t)
 	for i, ret := range []func(ctx context.Context) error{
 		func(context.Context) error { return nil },

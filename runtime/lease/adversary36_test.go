@@ -484,6 +484,7 @@ func waitFor36(t *testing.T, within time.Duration, cond func() bool) {
 // holder's TTL differs: px != the call's TTL): it acquires again (a new
 // argument array) and holds a real lease.
 func TestAdversary36_QueuedLightCallGrantedByRecheck(t *testing.T) {
+	t.Parallel()
 	t.Run("expired", func(t *testing.T) {
 		rdb := shared.Client(t)
 		c, _ := newClient(t, rdb, lease.WithRecheck(150*time.Millisecond))
@@ -532,6 +533,7 @@ func TestAdversary36_QueuedLightCallGrantedByRecheck(t *testing.T) {
 // whose later acquire's reply is cut: each either holds a real lease or
 // reports ErrUnknown/ErrRefused and leaves the key free (its release).
 func TestAdversary36_LightCallLostReplyRetries(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name  string
 		fence bool
@@ -589,6 +591,7 @@ func TestAdversary36_LightCallLostReplyRetries(t *testing.T) {
 // and Do reports ErrLost; a loss while kept between calls is found, and
 // the next call acquires afresh (grant part, real lease).
 func TestAdversary36_KeptWatcherFiresForLaterLightCall(t *testing.T) {
+	t.Parallel()
 	p := leasetest.StartProxy(t, shared.Addr())
 	rdbP := redis.NewClient(&redis.Options{Addr: p.Addr(), MaxRetries: -1})
 	t.Cleanup(func() { rdbP.Close() })
@@ -880,6 +883,7 @@ func TestAdversary36_CloseWhileLightCallAcquiringOrInFn(t *testing.T) {
 // Leader terms (newCall(false)): each term holds a real lease; a term
 // lost to an outside delete is followed by a fresh one.
 func TestAdversary36_LeadTermsHoldRealLeases(t *testing.T) {
+	t.Parallel()
 	rdb := shared.Client(t)
 	c, _ := newClient(t, rdb)
 	key := uniqueKey(t)
@@ -1166,6 +1170,7 @@ func (o *gateObs) Observe(e lease.Event) {
 // returns (Close released it: the kept lease through releaseKept, the
 // fresh grant by its identity).
 func TestAdversary36_CloseBetweenGrantAndEntry(t *testing.T) {
+	t.Parallel()
 	for _, kept := range []bool{true, false} {
 		t.Run(fmt.Sprintf("kept=%v", kept), func(t *testing.T) {
 			rdb := shared.Client(t)

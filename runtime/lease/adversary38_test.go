@@ -411,6 +411,7 @@ func (h adv38PipeCutHook) ProcessPipelineHook(next redis.ProcessPipelineHook) re
 // go-redis after the holder's lease ran out: the re-send says "0", and W
 // leaves no entry behind; H enters at once.
 func TestAdversary38_ReplicatedPipelineLostReply(t *testing.T) {
+	t.Parallel()
 	srv := leasetest.StartRedis(t)
 	rep := srv.StartReplica(t)
 	srv.WaitReplicas(t, rep)

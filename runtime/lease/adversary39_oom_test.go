@@ -136,6 +136,7 @@ func TestAdversary39_OOMRelease(t *testing.T) {
 // release at maxmemory hands it the key and it enters. Before, its first
 // re-check was refused (OOM) and ended its wait with that error.
 func TestAdversary39_QueuedWaiterRechecksAtMaxmemory(t *testing.T) {
+	t.Parallel()
 	for _, fence := range []bool{false, true} {
 		entered := make(chan time.Time, 1)
 		sc := adv53Queued(t, lease.Spec{TTL: 5 * time.Second, Deadline: 10 * time.Second},

@@ -509,6 +509,7 @@ func TestAdversary3_CloseKeptBoundedNoLeak(t *testing.T) {
 // the key is released, but the Client never keeps a lease on that key
 // again, and the entry (and its channel subscription) stays until Close.
 func TestAdversary3_PanicInKeptReuseWedgesKeep(t *testing.T) {
+	t.Parallel()
 	c, rec := sharedClient(t)
 	key := uniqueKey(t)
 	s := lease.Spec{TTL: 3 * time.Second, Deadline: 2 * time.Second, Keep: 10 * time.Second}

@@ -294,6 +294,7 @@ func TestAdversary41_IdentitySkip(t *testing.T) {
 // (a finished call: nobody confirms it, its Client's inbox is subscribed,
 // so it would get the full TTL).
 func TestAdversary41_ForcedHolderEntryBehindWaiter(t *testing.T) {
+	t.Parallel()
 	srv := leasetest.StartRedis(t)
 	admin := srv.Client(t)
 	ctx := context.Background()
@@ -431,6 +432,7 @@ func TestAdversary41_ForcedHolderGetsKeyBackBeforeItLooks(t *testing.T) {
 // over: the holder's release goes through, the unfenced waiter enters at
 // once, and the fenced waiter's own acquire is refused with the reason.
 func TestAdversary41_RefusedHandoverEndToEnd(t *testing.T) {
+	t.Parallel()
 	srv := leasetest.StartRedis(t)
 	admin := srv.Client(t)
 	ctx := context.Background()

@@ -301,6 +301,7 @@ func TestAdversary43_OOMAndReplay(t *testing.T) {
 // recipe) queued behind it: its release is refused (the head is read), and
 // the waiter gets the key only when the holder's TTL ends.
 func TestAdversary43_NoZrangeContendedRefused(t *testing.T) {
+	t.Parallel()
 	srv := leasetest.StartRedis(t)
 	admin := srv.Client(t)
 	ctx := context.Background()

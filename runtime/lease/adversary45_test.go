@@ -365,6 +365,7 @@ func TestAdversary45_ListManyWildcardsMissesKey(t *testing.T) {
 // 50ms, so +50ms wraps negative, min picks it, and ms() clamps it to 1
 // (ms). Round 44's fix capped only recheck.
 func TestAdversary45_HugeWaitDropsQueuePlace(t *testing.T) {
+	t.Parallel()
 	holder, _ := sharedClient(t)
 	wc, _ := sharedClient(t, lease.WithReleaseTimeout(10*time.Millisecond))
 	zc, _ := sharedClient(t)
@@ -577,6 +578,7 @@ func TestAdversary45_CloseWaitsForPoolQueueWithinBound(t *testing.T) {
 // stripped on overflow). Do caps the reserve (do.go: min(
 // c.releaseTimeout, budget/10)); term does not.
 func TestAdversary45_HugeReleaseTimeoutNeverLeads(t *testing.T) {
+	t.Parallel()
 	for _, rt := range []time.Duration{math.MaxInt64, 200 * 365 * 24 * time.Hour} {
 		t.Run(fmt.Sprint(rt), func(t *testing.T) {
 			c, rec := sharedClient(t, lease.WithReleaseTimeout(rt))

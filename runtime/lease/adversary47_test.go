@@ -203,6 +203,7 @@ func TestAdversary47_CloseSkipsCallInItsOwnSlowObserver(t *testing.T) {
 // bounded by lossReportWait, lease.go:332), so Close and the call wait on
 // each other for a second.
 func TestAdversary47_CloseFromOwnEventLostWaitsFullBound(t *testing.T) {
+	t.Parallel()
 	for _, mode := range []string{"eventLostAtRelease", "eventReleasedOfUnsuitableKept", "eventLostFromRenewal"} {
 		t.Run(mode, func(t *testing.T) { adv47CloseFromAsideObserver(t, mode) })
 	}
@@ -315,6 +316,7 @@ func adv47CloseFromAsideObserver(t *testing.T, mode string) {
 // Observer (keep.go:416-420) before returning; nothing bounds the wait
 // by until.
 func TestAdversary47_CloseWaitsForSlowObserverOfKeptRelease(t *testing.T) {
+	t.Parallel()
 	srv := leasetest.StartRedis(t)
 	ctx := context.Background()
 	key := "adv47-kept-slowobs"

@@ -137,6 +137,7 @@ func TestAdversary4_KeptCallReturnsNilAfterForceReleaseNotice(t *testing.T) {
 // arrives and is processed while the answer is in flight; the reuse enters
 // fn on the old answer and returns nil.
 func TestAdversary4_ReuseEntersOnCheckSentBeforeNotice(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	rdbA := shared.Client(t)
 	hook := &a4Hook{}
@@ -185,6 +186,7 @@ func TestAdversary4_ReuseEntersOnCheckSentBeforeNotice(t *testing.T) {
 // A stale "x" (no ForceRelease happened) and a stale handoff during an
 // in-use call, with the check slow: the lease must survive and be reused.
 func TestAdversary4_StaleNoticesDoNotLose(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	rdbA := shared.Client(t)
 	hook := &a4Hook{}

@@ -141,6 +141,7 @@ end}, {__index = redis})
 // server before 7.0 (its fallbacks: SET NX then GET, PTTL then PEXPIRE)
 // and the old script: the claim is the same outcomes.
 func TestAdversary52_BeforeRedis7SameAsOld(t *testing.T) {
+	t.Parallel()
 	srv := leasetest.StartRedis(t, "--maxmemory-policy", "noeviction")
 	admin := srv.Client(t)
 	users := map[string]*redis.Client{}
@@ -409,6 +410,7 @@ func TestAdversary52_ReplicaSeesQueueExpiry(t *testing.T) {
 // cannot release, whatever the acquire does. This test holds the runtime
 // to the documented outcome.
 func TestAdversary52_NoGetUserBusyCall(t *testing.T) {
+	t.Parallel()
 	srv := leasetest.StartRedis(t)
 	admin := srv.Client(t)
 	ctx := context.Background()

@@ -272,6 +272,7 @@ func TestAdversary53_LeastPrivilegeACLScriptAtMaxmemory(t *testing.T) {
 // README's least-privilege ACL: the waiter queued before maxmemory must
 // keep its place through its re-checks there and be handed the key.
 func TestAdversary53_LeastPrivilegeACLQueuedWaiterAtMaxmemory(t *testing.T) {
+	t.Parallel()
 	srv := leasetest.StartRedis(t)
 	admin := srv.Client(t)
 	ctx := context.Background()
@@ -587,6 +588,7 @@ func TestAdversary53_WaiterGivesUpAtMaxmemory(t *testing.T) {
 // there (its queue entry goes first, a write that frees memory) and
 // enters; it leaves the queue. (482bf98 refused it, OOM.)
 func TestAdversary53_HolderExpiresAtMaxmemory(t *testing.T) {
+	t.Parallel()
 	srv := leasetest.StartRedis(t)
 	admin := srv.Client(t)
 	ctx := context.Background()
@@ -626,6 +628,7 @@ func TestAdversary53_HolderExpiresAtMaxmemory(t *testing.T) {
 // releases the kept lease at once and the waiter is handed the key and
 // enters, well before the Keep would have ended.
 func TestAdversary53_KeepHolderHandsOverAtMaxmemory(t *testing.T) {
+	t.Parallel()
 	entered := make(chan time.Time, 1)
 	sc := adv53Queued(t, lease.Spec{TTL: 3 * time.Second, Deadline: 10 * time.Second, Keep: 8 * time.Second},
 		lease.Spec{TTL: 3 * time.Second, Deadline: 10 * time.Second, Wait: 6 * time.Second}, 100*time.Millisecond,

@@ -486,6 +486,7 @@ func TestAdversary54_FreedKeyGrantReplyCutAtMaxmemory(t *testing.T) {
 // the key is free, and w2, queued before maxmemory, must get it there
 // (path (b)) and enter well before its wait ends.
 func TestAdversary54_DeadWaiterAheadAtMaxmemory(t *testing.T) {
+	t.Parallel()
 	srv := leasetest.StartRedis(t)
 	admin := srv.Client(t)
 	ctx := context.Background()
@@ -556,6 +557,7 @@ func TestAdversary54_DeadWaiterAheadAtMaxmemory(t *testing.T) {
 // key freed without a handover there (path (b), then WAIT): it enters,
 // and the replica holds its grant.
 func TestAdversary54_FreedKeyWithReplicasAtMaxmemory(t *testing.T) {
+	t.Parallel()
 	srv := leasetest.StartRedis(t)
 	rep := srv.StartReplica(t)
 	srv.WaitReplicas(t, rep)

@@ -254,6 +254,7 @@ func TestAdversary9_BudgetBlackholed(t *testing.T) {
 // A waiter whose acquire reply comes after its limit: not entered,
 // ErrUnknown, and the key (and queue) freed.
 func TestAdversary9_WaiterLateGrant(t *testing.T) {
+	t.Parallel()
 	for _, fence := range []bool{false, true} {
 		c, rec, p, direct, _ := proxied(t, nil)
 		key := uniqueKey(t)

@@ -14,6 +14,7 @@ import (
 // client (wanted), by keep ending, and by Close while calls run (-race:
 // the call structs' argument arrays and strings are shared by pointer).
 func TestAdversary9_KeptLeaseChurnRace(t *testing.T) {
+	t.Parallel()
 	a, _ := sharedClient(t)
 	b, _ := sharedClient(t)
 	keys := []string{uniqueKey(t), uniqueKey(t)}

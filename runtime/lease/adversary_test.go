@@ -57,6 +57,7 @@ func waitFor(d time.Duration, cond func() bool) bool {
 // (the tombstone exists for exactly this; it is consulted only when the key
 // is absent).
 func TestAdversary_ReleaseReplayAfterHandoffIsFalseLoss(t *testing.T) {
+	t.Parallel()
 	c, _, p, direct, srv := advProxied(t, nil)
 	other, orec := newClient(t, srv.Client(t))
 	const trials = 5
@@ -109,6 +110,7 @@ func TestAdversary_ReleaseReplayAfterHandoffIsFalseLoss(t *testing.T) {
 // key is gone, and there is no tombstone for hold releases, so the replay
 // answers "not held" and Do reports ErrLost although nothing went wrong.
 func TestAdversary_HoldMinReleaseReplayIsFalseLoss(t *testing.T) {
+	t.Parallel()
 	c, _, p, _, _ := advProxied(t, nil)
 	const trials = 5
 	violations := 0
@@ -290,7 +292,6 @@ func goroutinesIn(fn string) int {
 // deadline (the lease's validity) — long after Do returned. Promise (§4): "No
 // goroutine leaks: after Do returns, nothing it started is still running."
 func TestAdversary_RenewalGoroutineOutlivesDo(t *testing.T) {
-	t.Parallel()
 	c, rec, p, _, _ := advProxied(t, nil)
 	warm(t, c, "renew-leak")
 	ttl := 3 * time.Second

@@ -161,6 +161,7 @@ func TestNoPermIsRefused(t *testing.T) {
 // 30 runs under -race, and the loss then rightly said the renewal's
 // outcome was unknown).
 func TestRenewalWithoutPermissionLosesWithCause(t *testing.T) {
+	t.Parallel()
 	srv := leasetest.StartRedis(t)
 	c, rec := newClient(t, aclClient(t, srv, "norenew", without(leastPrivilege, "+pexpire")...))
 	var cause error

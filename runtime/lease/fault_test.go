@@ -252,6 +252,7 @@ func TestScriptFlushIsRecovered(t *testing.T) {
 }
 
 func TestReplicasRequired(t *testing.T) {
+	t.Parallel()
 	master := leasetest.StartRedis(t)
 	master.WaitReplicas(t, master.StartReplica(t))
 	rdbM := master.Client(t)

@@ -202,6 +202,7 @@ func TestFault07ReleaseReplyLost(t *testing.T) {
 // another owner, the work is cancelled, and the next holder's key survives
 // our release.
 func TestFault08ExternalExpiry(t *testing.T) {
+	t.Parallel()
 	c, _ := sharedClient(t)
 	other, _ := sharedClient(t)
 	direct := shared.Client(t)
@@ -248,6 +249,7 @@ func TestFault08ExternalExpiry(t *testing.T) {
 // 9. Failover to a replica that missed the last grant: the next token is
 // still greater (time floor); WithReplicas refuses an unreplicated grant.
 func TestFault09Failover(t *testing.T) {
+	t.Parallel()
 	master := leasetest.StartRedis(t)
 	link := leasetest.StartProxy(t, master.Addr())
 	port := link.Addr()[strings.LastIndex(link.Addr(), ":")+1:]

@@ -17,6 +17,7 @@ import (
 // gives the server finds, in the escaped names, every key GlobMatch
 // matches (TestAdversary44_ListGlobOverEscapedBytes).
 func TestGlobMatchAgreesWithRedis(t *testing.T) {
+	t.Parallel()
 	srv := leasetest.StartRedis(t)
 	rdb := srv.Client(t)
 	ctx := context.Background()

@@ -163,7 +163,6 @@ func TestNestedSpecApplies(t *testing.T) {
 // 3a. fn outlives its validity while renewals get no reply and the CPU is
 // busy: whatever the timers did, Do returns ErrLost.
 func TestOverrunIsLoss(t *testing.T) {
-	t.Parallel()
 	c, _, p, _, _ := proxied(t, nil)
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
 	const trials = 12

@@ -421,6 +421,7 @@ func TestForceReleaseHolderLoses(t *testing.T) {
 // The first waiter gets a force-released lease at once (a handover, not a
 // TTL expiry), and the holder loses it.
 func TestForceReleaseHandsToWaiter(t *testing.T) {
+	t.Parallel()
 	c, _ := sharedClient(t)
 	w, _ := sharedClient(t)
 	key := uniqueKey(t)
@@ -584,6 +585,7 @@ func TestForceReleaseRacingRenewal(t *testing.T) {
 // A leader's term shows its owner, and a forced release of the identity
 // shown ends the term as a loss (the leader campaigns again).
 func TestInspectAndForceReleaseALeader(t *testing.T) {
+	t.Parallel()
 	leaderC, _ := sharedClient(t)
 	ops, _ := sharedClient(t)
 	key := uniqueKey(t)

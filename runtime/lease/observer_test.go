@@ -39,6 +39,7 @@ func (o *callObs) Observe(e lease.Event) {
 // A CallObserver's context becomes the call's: fn runs under it and every
 // event of the call carries it, with the spec's name and the timings.
 func TestCallObserverContextReachesFnAndEvents(t *testing.T) {
+	t.Parallel()
 	renewed := make(chan struct{})
 	obs := &callObs{renewed: renewed}
 	c, _ := sharedClient(t, lease.WithObserver(lease.Observers{obs, lease.ObserverFunc(func(lease.Event) {})}))

@@ -80,6 +80,7 @@ func TestDeployACLRecipeOnCluster(t *testing.T) {
 // TLS as the README writes it: a rediss:// URL, the CA from a file, and
 // ContextTimeoutEnabled.
 func TestDeployTLSRecipe(t *testing.T) {
+	t.Parallel()
 	srv := leasetest.StartTLS(t)
 	url, caFile := srv.URL(), srv.CAFile()
 
