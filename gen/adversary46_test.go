@@ -125,6 +125,7 @@ func adv46GenerateBuilds(t *testing.T, mod, pkg string) {
 // an interface's methods generate a decorator NewLeased<Iface>" and
 // "anything else is a generate-time error".
 func TestAdversary46_DecoratorReceiverShadowsResultType(t *testing.T) {
+	t.Parallel()
 	mod := adv46Module(t)
 	adv46Write(t, mod, map[string]string{
 		// An imported package named x.
@@ -234,6 +235,7 @@ type Store interface {
 // variable" (the package variable is not what the wrapper uses) and
 // "anything else is a generate-time error".
 func TestAdversary46_ReceiverShadowsClientOrIdentity(t *testing.T) {
+	t.Parallel()
 	mod := adv46Module(t)
 	adv46Write(t, mod, map[string]string{
 		"recvclient/p.go": `package recvclient
@@ -282,6 +284,7 @@ func (region *Jobs) settle(ctx context.Context) error { return nil }
 // Same root cause as above (gen/build.go:382 allocates the receiver name
 // before gen/identity.go:106 reserves the constant's name).
 func TestAdversary46_ReceiverShadowsIdentityRuntime(t *testing.T) {
+	t.Parallel()
 	mod := adv46Module(t)
 	adv46Write(t, mod, map[string]string{
 		"silentowner/p.go": `package silentowner

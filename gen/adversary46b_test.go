@@ -110,6 +110,7 @@ const true = false
 // the lock-discipline checks": the generator's output must be a fixed point
 // for its own checker (round 31b treated such a regenerate loop as a bug).
 func TestAdversary46_CheckerStaleLoop(t *testing.T) {
+	t.Parallel()
 	mod := adv46Module(t)
 	adv46Write(t, mod, map[string]string{
 		"staleloop/p.go": `package staleloop
@@ -160,6 +161,7 @@ func f(ctx context.Context, id string, F int, opts struct{ F int }) error { retu
 // build-constraint limit speaks of directives in constrained files, not of
 // other declarations there.
 func TestAdversary46_ClashInOtherPlatformsFile(t *testing.T) {
+	t.Parallel()
 	mod := adv46Module(t)
 	adv46Write(t, mod, map[string]string{
 		"otheros/p.go": `package otheros

@@ -58,6 +58,7 @@ func adv50GenFile(mod, pkg string) string {
 // the files read for clashes are those "the build that takes them
 // compiles"; no build takes these).
 func TestAdversary50_IgnoredFileNamesFalseClash(t *testing.T) {
+	t.Parallel()
 	mod := adv46Module(t)
 	adv46Write(t, mod, map[string]string{
 		"undclash/p.go": `package undclash
@@ -117,6 +118,7 @@ func Charge() {}
 // for a predeclared identifier "the output uses"; these are uses of the
 // package's own names, or no uses at all).
 func TestAdversary50_PredeclaredFalsePositives(t *testing.T) {
+	t.Parallel()
 	mod := adv46Module(t)
 	adv46Write(t, mod, map[string]string{
 		// (a) the package's alias any, used by the target's signature.
@@ -215,6 +217,7 @@ func put(ctx context.Context, id string, opt struct{ len int }) error { return n
 // Breaks the promise that leasecheck agrees the output is current (no
 // "stale" loop), on the default go vet (test variant) and per platform.
 func TestAdversary50_StaleLoopFromUnseenFiles(t *testing.T) {
+	t.Parallel()
 	mod := adv46Module(t)
 	src := func(pkg string) string {
 		return "package " + pkg + `
@@ -402,6 +405,7 @@ var time = 1
 // Breaks claim 3 "CheckPackage computes the same names" and the promise
 // that leasecheck agrees the output is current.
 func TestAdversary50_LeasegenTagFileStaleLoop(t *testing.T) {
+	t.Parallel()
 	mod := adv46Module(t)
 	adv46Write(t, mod, map[string]string{
 		"tagstale/p.go": `package tagstale
@@ -436,6 +440,7 @@ var time = 1
 // output must import time2, build on both platforms and with its tests,
 // and leasecheck must agree.
 func TestAdversary50_ImportNumberingAcrossUnseenFiles(t *testing.T) {
+	t.Parallel()
 	mod := adv46Module(t)
 	adv46Write(t, mod, map[string]string{
 		"impnum/p.go": `package impnum
@@ -830,6 +835,7 @@ func f(ctx context.Context) error { return nil }
 // platform/tag combination" (and go test). Expected: the same results as
 // in a directory without brackets (os.ReadDir, not Glob).
 func TestAdversary50_GlobMetacharInDirectory(t *testing.T) {
+	t.Parallel()
 	gentest.Env(t)
 	mod := filepath.Join(t.TempDir(), "svc[2]")
 	if err := os.MkdirAll(mod, 0o755); err != nil {
@@ -891,6 +897,7 @@ func TestX(t *testing.T) {}
 // CheckPackage parses into the pass's FileSet): leasecheck must report the
 // same error as leasegen, at the same file:line:col.
 func TestAdversary50_LeasecheckPositionInOtherFile(t *testing.T) {
+	t.Parallel()
 	mod := adv46Module(t)
 	adv46Write(t, mod, map[string]string{
 		"chkpos/p.go": `package chkpos

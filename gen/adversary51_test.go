@@ -86,6 +86,7 @@ func adv51GenerateAndBuild(t *testing.T, mod, pkg string, gooses ...string) {
 // Breaks "no false errors on valid code": the package with the wrapper
 // builds for linux and windows.
 func TestAdversary51_DotImportReadsFilesNoBuildTakes(t *testing.T) {
+	t.Parallel()
 	mod := adv46Module(t)
 	adv46Write(t, mod, map[string]string{
 		"dq/q.go": `package dq
@@ -159,6 +160,7 @@ var _ = Thing
 // Breaks "when leasegen exits 0 the package builds on every platform"
 // (first) and "no false errors on valid code" (second).
 func TestAdversary51_DotImportOfKnownPackageOtherPlatform(t *testing.T) {
+	t.Parallel()
 	mod := adv46Module(t)
 	adv46Write(t, mod, map[string]string{
 		"dsyswin/p.go": `package dsyswin
@@ -224,6 +226,7 @@ var _ = Getpid
 //
 // Breaks "no false errors on valid code".
 func TestAdversary51_PlusBuildIgnoreFalseClash(t *testing.T) {
+	t.Parallel()
 	mod := adv46Module(t)
 	adv46Write(t, mod, map[string]string{
 		"pbign/p.go": `package pbign
@@ -290,6 +293,7 @@ func Charge() {}
 // wrapper renames such parameters (min1, max1), and a receiver name is
 // not counted.
 func TestAdversary51_ParamNamesLikePredeclared(t *testing.T) {
+	t.Parallel()
 	mod := adv46Module(t)
 	adv46Write(t, mod, map[string]string{
 		"pminmax/p.go": `package pminmax
@@ -403,6 +407,7 @@ type T base
 // (name=len, name=max on a method) are allowed, since a method does not
 // shadow anything; a package-level name=len is refused.
 func TestAdversary51_PredeclaredNamesOnMethods(t *testing.T) {
+	t.Parallel()
 	mod := adv46Module(t)
 	adv46Write(t, mod, map[string]string{
 		"mlen/p.go": `package mlen
@@ -439,6 +444,7 @@ func size(ctx context.Context, id string) error { return nil }
 // parser returns (BadDecl, a FuncDecl without a body, a TypeSpec without a
 // type) reach declNames, fieldNamed and testClash.
 func TestAdversary51_BrokenUnseenFilesNoPanic(t *testing.T) {
+	t.Parallel()
 	broken := []string{
 		"package brk\n\nfunc (",
 		"package brk\n\ntype T struct{ Charge",
@@ -492,6 +498,7 @@ func (t *T) charge(ctx context.Context, id string) error { return nil }
 // (the probe shows x_windows.go is passed over on windows), and
 // neverBuilt agrees: no clash is reported and both builds pass.
 func TestAdversary51_AttachedGoBuildIgnore(t *testing.T) {
+	t.Parallel()
 	mod := adv46Module(t)
 	adv46Write(t, mod, map[string]string{
 		"attign/p.go": `package attign
@@ -532,6 +539,7 @@ func Charge() {}
 //
 // Breaks "leasecheck must agree the output is current".
 func TestAdversary51_LineDirectiveMovesCheckerDir(t *testing.T) {
+	t.Parallel()
 	mod := adv46Module(t)
 	elsewhere := t.TempDir()
 	adv46Write(t, mod, map[string]string{
@@ -668,6 +676,7 @@ var _ = Thing
 // Breaks "no false errors on valid code" (and leasegen and leasecheck
 // disagree).
 func TestAdversary51_IgnoredTestFileDirectives(t *testing.T) {
+	t.Parallel()
 	mod := adv46Module(t)
 	adv46Write(t, mod, map[string]string{
 		"igtest/p.go": `package igtest
@@ -713,6 +722,7 @@ func main() {}
 // that does not build on both platforms before generation (the target's
 // own signature uses the shadowed name) is skipped. Held.
 func TestAdversary51_PredeclaredShadowMatrix(t *testing.T) {
+	t.Parallel()
 	// (A fuller list, with false, cap, copy, panic, clear, uintptr and
 	// recover, held too; trimmed for time.)
 	names := []string{"len", "nil", "true", "int64", "any", "make", "new", "append", "min",
@@ -809,6 +819,7 @@ type Store interface {
 // leasecheck (go run, with tests) and go vet -vettool=leasecheck on linux
 // and windows agree the freshly generated file is current.
 func TestAdversary51_StaleAcrossPlatformsAndTests(t *testing.T) {
+	t.Parallel()
 	mod := adv46Module(t)
 	adv46Write(t, mod, map[string]string{
 		"dq/q.go": "package dq\n\nvar Thing = 1\n",
@@ -866,6 +877,7 @@ func (j *Jobs) get(ctx context.Context, id string, A int, o struct{ A int }) err
 //
 // Breaks "leasecheck must agree the output is current".
 func TestAdversary51_InitFuncStaleLoop(t *testing.T) {
+	t.Parallel()
 	mod := adv46Module(t)
 	target := `
 
@@ -955,6 +967,7 @@ func TestAdversary51_OddPackagesNoPanic(t *testing.T) {
 // Breaks "anything unsupported is a generate-time error" (leasegen and
 // leasecheck disagree).
 func TestAdversary51_TestOnlyDirectorySilent(t *testing.T) {
+	t.Parallel()
 	mod := adv46Module(t)
 	adv46Write(t, mod, map[string]string{
 		"tonly/p_test.go": "package tonly\n\nimport \"context\"\n\n//lease:lock k:{id} deadline=5s\nfunc charge(ctx context.Context, id string) error { return nil }\n",

@@ -22,12 +22,23 @@ import (
 
 var update = flag.Bool("update", false, "rewrite the golden files in testdata from the current output")
 
+// TestMain sets GOFLAGS for the whole process (see gentest.Env), so that
+// the slow tests, each generating and building modules of its own with
+// the go command, can run in parallel: two at a time here, about one core
+// each. A test that sets the environment itself (t.Setenv) stays
+// sequential: parallel tests run only after every sequential one ended.
+func TestMain(m *testing.M) {
+	os.Setenv("GOFLAGS", gentest.Flags)
+	os.Exit(m.Run())
+}
+
 // Each testdata/*.txtar holds an input package (files at the top level)
 // and either "want/lease_gen.go" (the wanted output) or "want.errors" (the
 // wanted diagnostics, one per line), and "want.warnings" when generation
 // warns (a case without it must not warn). All outputs are then built and
 // vetted together in one module.
 func TestGolden(t *testing.T) {
+	t.Parallel()
 	cases, _ := filepath.Glob("testdata/*.txtar")
 	if len(cases) < 25 {
 		t.Fatalf("found %d golden cases, want at least 25", len(cases))

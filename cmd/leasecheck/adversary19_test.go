@@ -47,6 +47,7 @@ func adv19Module(t *testing.T, files map[string]string) string {
 // user cannot get a clean run: with the ignore the test variant
 // complains, without it the package does. Want exit 0.
 func TestAdversary19TestVariantIgnore(t *testing.T) {
+	t.Parallel()
 	mod := adv19Module(t, map[string]string{
 		"p/p.go": `package p
 
@@ -132,6 +133,7 @@ func (s *S) credit(ctx context.Context) error { return s.Debit(ctx) }
 // position inside the lock-order message is printed as the others are
 // (relative to the working directory), not as an absolute path.
 func TestAdversary19VetToolCrossPackage(t *testing.T) {
+	t.Parallel()
 	mod := adv19Module(t, map[string]string{"a/a.go": adv19A, "b/b.go": adv19B, "c/c.go": adv19C})
 	var stderr bytes.Buffer
 	if code := run(mod, []string{"./..."}, &stderr); code != 3 {
@@ -164,6 +166,7 @@ func TestAdversary19VetToolCrossPackage(t *testing.T) {
 // position as an absolute path, while every diagnostic position is
 // printed relative to the working directory (README, go build style).
 func TestAdversary19OrderMessagePath(t *testing.T) {
+	t.Parallel()
 	mod := adv19Module(t, map[string]string{"c/c.go": adv19C})
 	var stderr bytes.Buffer
 	run(mod, []string{"./..."}, &stderr)

@@ -71,7 +71,14 @@ func Module(root, path, dir string) error {
 // go.mod files of the rest of the graph (testify, required by pgpassfile's
 // pre-modules go.mod) are fetched on first use. With GOPROXY=off that
 // worked only on a module cache that something else had warmed.
+//
+// Where the process's GOFLAGS is Flags already (a TestMain set it, so that
+// tests may run in parallel: a test that calls t.Setenv cannot), Env
+// leaves it.
 func Env(t testing.TB) {
+	if os.Getenv("GOFLAGS") == Flags {
+		return
+	}
 	t.Setenv("GOFLAGS", Flags)
 }
 
