@@ -476,7 +476,10 @@ func TestAdversary17_ClusterListAndRelease(t *testing.T) {
 			t.Fatal(err)
 		}
 		masters[m.Addr()] = true
-		holders[k] = a17Hold(t, c, k, lease.Spec{TTL: 10 * time.Second, Deadline: time.Minute, Fence: true})
+		// TTL 3s: a holder learns of the forced release at its next
+		// renewal (TTL/3, see TestForceReleaseHolderLoses), which the
+		// test waits for key by key (9 × 3.3s with a TTL of 10s).
+		holders[k] = a17Hold(t, c, k, lease.Spec{TTL: 3 * time.Second, Deadline: time.Minute, Fence: true})
 		waiters[k], _ = a17Queue(t, w, k, lease.Spec{TTL: 10 * time.Second, Deadline: time.Minute, Wait: 30 * time.Second, Fence: true})
 	}
 	if len(masters) < 2 {
