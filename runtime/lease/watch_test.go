@@ -79,13 +79,17 @@ func TestWatch(t *testing.T) {
 	<-a.done
 	w.ended("w:a", "released")
 
-	// A handover to a waiter, seen through the release channel.
+	// A handover to a waiter, seen through the release channel. Watch
+	// tells a handover by finding the waiter holding the key when it
+	// looks (see how): the waiter holds it 500ms, not 50ms, so that a
+	// look delayed by a loaded machine still finds it (once it did not,
+	// in CI, and reported the end as "released").
 	b := holdUntil(t, c, "w:b", long)
 	w.next(lease.ChangeGranted, "w:b")
 	waited := make(chan error, 1)
 	go func() {
 		waited <- other.Do(ctx, "w:b", lease.Spec{TTL: 10 * time.Second, Deadline: time.Minute, Wait: 30 * time.Second},
-			func(context.Context) error { time.Sleep(50 * time.Millisecond); return nil })
+			func(context.Context) error { time.Sleep(500 * time.Millisecond); return nil })
 	}()
 	for deadline := time.Now().Add(5 * time.Second); len(inspect(t, c, "w:b").Waiters) == 0; time.Sleep(10 * time.Millisecond) {
 		if time.Now().After(deadline) {
