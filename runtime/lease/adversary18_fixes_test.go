@@ -84,6 +84,26 @@ func adv18Lock(rdb *redis.Client, key string) (string, time.Duration) {
 	return v, rdb.PTTL(ctx, lockKey(key)).Val()
 }
 
+// adv18Refusal runs try (one Do on the key it is given, after a pause
+// meant to leave it short of MinValidity; it reports whether fn was
+// entered) until a try was not pre-empted, and returns that try's key.
+// After a pause longer than TTL/3 the lease's first renewal is due at
+// once: on a loaded machine it may confirm the lease before the paused
+// call looks, and the call then rightly enters. Such a try tests
+// nothing: the next one does.
+func adv18Refusal(t *testing.T, obs *adv18Obs, try func(key string) (entered bool)) string {
+	t.Helper()
+	for n := 0; n < 5; n++ {
+		key := uniqueKey(t) + fmt.Sprint("-", n)
+		if !try(key) || !slices.Contains(obs.kinds(key), "renewed") {
+			return key
+		}
+		t.Logf("try %d: a renewal confirmed the lease before the entry check, and the call entered", n)
+	}
+	t.Fatal("every call entered: a renewal confirmed the lease before each entry check")
+	return ""
+}
+
 // ---------------------------------------------------------------------
 // Fix 1: fn is entered only with MinValidity left at entry.
 // ---------------------------------------------------------------------
@@ -102,21 +122,14 @@ func TestAdversary18_RefusedEntryReleasesAtOnce(t *testing.T) {
 		pause time.Duration
 	}{{"partly-valid", 400 * time.Millisecond}, {"expired", 700 * time.Millisecond}} {
 		t.Run(tc.name, func(t *testing.T) {
-			// After a 400ms pause the lease's first renewal is due at
-			// once: on a loaded machine it may confirm the lease (600ms
-			// more) before the paused call looks, and the call then
-			// rightly enters. Such a try tests nothing: the next one does.
+			// After a 400ms pause the first renewal (at 200ms) is due at
+			// once: see adv18Refusal.
 			var (
-				key      string
 				err      error
 				entered  bool
 				returned time.Time
 			)
-			for try := 0; ; try++ {
-				if try == 5 {
-					t.Fatal("every call entered: a renewal confirmed the lease before each entry check")
-				}
-				key = uniqueKey(t) + fmt.Sprint("-", try)
+			key := adv18Refusal(t, obs, func(key string) bool {
 				obs.pauseOnce(tc.pause, false)
 				entered = false
 				err = c.Do(context.Background(), key, lease.Spec{TTL: ttl, Deadline: 5 * time.Second, Fence: true}, func(context.Context) error {
@@ -124,11 +137,8 @@ func TestAdversary18_RefusedEntryReleasesAtOnce(t *testing.T) {
 					return nil
 				})
 				returned = time.Now()
-				if !entered || !slices.Contains(obs.kinds(key), "renewed") {
-					break
-				}
-				t.Logf("try %d: a renewal confirmed the lease before the entry check, and the call entered", try)
-			}
+				return entered
+			})
 			v, pttl := adv18Lock(direct, key)
 			kinds := obs.kinds(key)
 			t.Logf("Do = %v; events %v; lock after return %q (pttl %v)", err, kinds, v, pttl)
@@ -401,19 +411,10 @@ func TestAdversary18_RefusedEntryObserverPanics(t *testing.T) {
 	const ttl = 500 * time.Millisecond
 	direct := shared.Client(t)
 	c, obs := adv18Client(t, shared.Client(t))
-	var (
-		key string
-		r   any
-	)
-	// After the 300ms pause the first renewal is due at once: on a loaded
-	// machine it may confirm the lease before the paused call looks, and
-	// the call then rightly enters (no refusal, no panic). Such a try
-	// tests nothing: the next one does (as in RefusedEntryReleasesAtOnce).
-	for try := 0; ; try++ {
-		if try == 5 {
-			t.Fatal("every call entered: a renewal confirmed the lease before each entry check")
-		}
-		key = uniqueKey(t) + fmt.Sprint("-", try)
+	// After the 300ms pause the first renewal (at 167ms) is due at once:
+	// see adv18Refusal.
+	var r any
+	key := adv18Refusal(t, obs, func(key string) bool {
 		var armed atomic.Bool
 		armed.Store(true)
 		obs.set(func(e lease.Event) {
@@ -430,11 +431,8 @@ func TestAdversary18_RefusedEntryObserverPanics(t *testing.T) {
 			defer func() { r = recover() }()
 			_ = c.Do(context.Background(), key, lease.Spec{TTL: ttl, Deadline: 5 * time.Second}, func(context.Context) error { entered = true; return nil })
 		}()
-		if !entered || !slices.Contains(obs.kinds(key), "renewed") {
-			break
-		}
-		t.Logf("try %d: a renewal confirmed the lease before the entry check, and the call entered", try)
-	}
+		return entered
+	})
 	v, pttl := adv18Lock(direct, key)
 	t.Logf("recovered %v; lock %q; events %v", r, v, obs.kinds(key))
 	if r != "adv18 observer" {
