@@ -22,15 +22,9 @@ import (
 
 var update = flag.Bool("update", false, "rewrite the golden files in testdata from the current output")
 
-// TestMain sets GOFLAGS for the whole process (see gentest.Env), so that
-// the slow tests, each generating and building modules of its own with
-// the go command, can run in parallel: two at a time here, about one core
-// each. A test that sets the environment itself (t.Setenv) stays
-// sequential: parallel tests run only after every sequential one ended.
-func TestMain(m *testing.M) {
-	os.Setenv("GOFLAGS", gentest.Flags)
-	os.Exit(m.Run())
-}
+// The slow tests, each generating and building modules of its own with
+// the go command, run in parallel (gentest.Main).
+func TestMain(m *testing.M) { os.Exit(gentest.Main(m)) }
 
 // Each testdata/*.txtar holds an input package (files at the top level)
 // and either "want/lease_gen.go" (the wanted output) or "want.errors" (the

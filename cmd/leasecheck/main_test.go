@@ -22,13 +22,9 @@ import "context"
 func f(ctx context.Context, id string) error { return nil }
 `
 
-// TestMain sets GOFLAGS for the whole process (see gentest.Env), so that
-// the tests, each loading and analyzing a module of its own (the slowest
-// also builds the tool and runs go vet), can run in parallel.
-func TestMain(m *testing.M) {
-	os.Setenv("GOFLAGS", gentest.Flags)
-	os.Exit(m.Run())
-}
+// The tests, each loading and analyzing a module of its own (the slowest
+// also builds the tool and runs go vet), run in parallel (gentest.Main).
+func TestMain(m *testing.M) { os.Exit(gentest.Main(m)) }
 
 // Two packages with the same mistake in files of the same name: leasecheck
 // and leasegen print the same positions, relative to the working directory

@@ -72,14 +72,22 @@ func Module(root, path, dir string) error {
 // pre-modules go.mod) are fetched on first use. With GOPROXY=off that
 // worked only on a module cache that something else had warmed.
 //
-// Where the process's GOFLAGS is Flags already (a TestMain set it, so that
-// tests may run in parallel: a test that calls t.Setenv cannot), Env
-// leaves it.
+// Where the process's GOFLAGS is Flags already (Main set it, so that tests
+// may run in parallel: a test that calls t.Setenv cannot), Env leaves it.
 func Env(t testing.TB) {
 	if os.Getenv("GOFLAGS") == Flags {
 		return
 	}
 	t.Setenv("GOFLAGS", Flags)
+}
+
+// Main is a TestMain's body for a package whose tests run go commands in
+// parallel: it sets GOFLAGS to Flags for the whole process (see Env), then
+// runs the tests. A test that sets the environment itself (t.Setenv) stays
+// sequential; parallel tests start only after every sequential one ended.
+func Main(m *testing.M) int {
+	os.Setenv("GOFLAGS", Flags)
+	return m.Run()
 }
 
 // Flags is the GOFLAGS that Env sets: -mod=mod, and -race when this test
