@@ -114,8 +114,11 @@ func TestAdversary2_EscapedContextReentersKeptLeaseOfAnotherCall(t *testing.T) {
 // then never ends: TokenFrom of an unfenced lease, and any nested Do on
 // another key, spin forever at 100% CPU. Run in a subprocess that is killed
 // when it hangs.
+//
+// Sequential: its child process starts a server of its own on a port
+// this process's reservations do not cover, which a parallel test's
+// server waiting to Restart on that port could lose.
 func TestAdversary2_KeptLeaseParentCycleHangs(t *testing.T) {
-	t.Parallel()
 	if os.Getenv("LEASE_ADV2_CHILD") == "cycle" {
 		adv2CycleChild(t)
 		return
