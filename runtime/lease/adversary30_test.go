@@ -215,7 +215,14 @@ func TestAdversary30_ReplicatedRenewalsUnderFaults(t *testing.T) {
 	err := c.Do(context.Background(), uniqueKey(t), s, func(ctx context.Context) error {
 		start := time.Now()
 		before := rec.Count(lease.EventRenewed)
-		for i := 0; time.Since(start) < 800*time.Millisecond; i++ {
+		// Faults go on for at least 800ms and until two renewals have
+		// been confirmed through them: a renewal whose reply was cut
+		// is confirmed only by its replay, which under load can take
+		// a renewal interval (300ms) of its own. The bound that
+		// matters is the one in the loop: the lease is never lost.
+		const most = 3 * time.Second
+		for i := 0; time.Since(start) < 800*time.Millisecond ||
+			(rec.Count(lease.EventRenewed)-before < 2 && time.Since(start) < most); i++ {
 			if err := admin.ScriptFlush(ctx).Err(); err != nil {
 				t.Fatal(err)
 			}
@@ -230,7 +237,7 @@ func TestAdversary30_ReplicatedRenewalsUnderFaults(t *testing.T) {
 		}
 		p.Set(leasetest.Pass)
 		if n := rec.Count(lease.EventRenewed) - before; n < 2 {
-			t.Errorf("%d renewals confirmed in 800ms", n)
+			t.Errorf("%d renewals confirmed in %v of faults", n, time.Since(start).Round(time.Millisecond))
 		}
 		if p.Cut() == 0 {
 			t.Error("no reply cut")
