@@ -488,7 +488,7 @@ func (a *call) reenter(ctx context.Context, r *leaseRef, fn func(context.Context
 	err := fn(fctx)
 	a.unsettle()
 
-	deadlineHit := fctx.Err() != nil && errors.Is(context.Cause(fctx), ErrDeadline)
+	deadlineHit := budgetEnded(ctx, fctx, a.end)
 	if r.a.inFn.Load() && time.Now().After(l.valid()) {
 		// Not once the outer call has returned (a nested call in a
 		// goroutine that outlived it): the lease was released then, and

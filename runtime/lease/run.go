@@ -56,7 +56,7 @@ func (a *call) run(ctx context.Context, l *Lease, fn func(context.Context) error
 		if entered && time.Now().After(validAtReturn) {
 			l.lose(a.lossCause(l, "the function returned after the lease's validity ended"))
 		}
-		deadlineHit := dctx.Err() != nil && errors.Is(context.Cause(dctx), ErrDeadline)
+		deadlineHit := !a.unbounded && budgetEnded(ctx, dctx, a.end.Add(-a.reserve))
 		cancelLost(errEnded) // first: dctx and nested calls inherit this cause
 		cancelDeadline()
 		if entered && returned && !l.isLost() && a.c.keep(l, a) {
@@ -193,6 +193,26 @@ func (a *call) makeContexts(ctx context.Context) {
 }
 
 func nop() {}
+
+// budgetEnded reports whether fn's context fctx (deadline fnEnd, under
+// the caller's ctx) ended because the call's budget ran out. Its own
+// deadline ends it with ErrDeadline. The caller's deadline comes at or
+// after fnEnd (the budget is the earlier of the two), but either timer
+// may run first when they come due together: a nested call whose budget
+// is its caller's deadline, or any call after the process was paused
+// across both (TestAdversary55_*). The caller's deadline ending fctx
+// after fnEnd is the budget too, so that Do's error does not depend on
+// which timer ran first.
+func budgetEnded(ctx, fctx context.Context, fnEnd time.Time) bool {
+	if fctx.Err() == nil {
+		return false
+	}
+	cause := context.Cause(fctx)
+	if errors.Is(cause, ErrDeadline) {
+		return true
+	}
+	return ctx.Err() == context.DeadlineExceeded && cause == context.Cause(ctx) && !time.Now().Before(fnEnd)
+}
 
 // stopContexts ends the contexts of a call that did not enter fn.
 func (a *call) stopContexts() {
