@@ -17,6 +17,7 @@ import (
 
 func TestAdversary33_DeadlineCauseIsErrDeadline(t *testing.T) {
 	c, _ := sharedClient(t)
+	st := watchStalls(t, 5*time.Millisecond)
 	for _, ctxDeadline := range []time.Duration{0, 300 * time.Millisecond} {
 		ctx := context.Background()
 		if ctxDeadline > 0 {
@@ -34,7 +35,8 @@ func TestAdversary33_DeadlineCauseIsErrDeadline(t *testing.T) {
 			cause = context.Cause(ctx)
 			return ctx.Err()
 		})
-		took := time.Since(start)
+		end := time.Now()
+		took := end.Sub(start)
 		limit := 500 * time.Millisecond
 		if ctxDeadline > 0 {
 			limit = ctxDeadline
@@ -43,14 +45,19 @@ func TestAdversary33_DeadlineCauseIsErrDeadline(t *testing.T) {
 		if !hasDL || fnDeadline.After(start.Add(limit)) {
 			t.Errorf("fn deadline %v (ok %v), want ≤ %v", fnDeadline.Sub(start), hasDL, limit)
 		}
-		if cause != lease.ErrDeadline {
+		// The caller's deadline comes the release's reserve (30ms) after
+		// fn's: its timer runs first only when the process was held up
+		// across both (TestAdversary55_BudgetEndsWhileProcessStopped).
+		callerFirst := ctxDeadline > 0 && cause == context.DeadlineExceeded &&
+			st.during(fnDeadline, start.Add(limit).Add(5*time.Millisecond))
+		if cause != lease.ErrDeadline && !callerFirst {
 			t.Errorf("cause %v, want ErrDeadline", cause)
 		}
 		if !errors.Is(err, lease.ErrDeadline) || !errors.Is(err, context.DeadlineExceeded) {
 			t.Errorf("err %v", err)
 		}
-		if took > limit+60*time.Millisecond {
-			t.Errorf("took %v", took)
+		if late := took - st.lost(start.Add(limit), end); late > limit+60*time.Millisecond {
+			t.Errorf("took %v (%v without the process's stalls)", took, late)
 		}
 	}
 }
