@@ -185,7 +185,7 @@ func TestAdversary18_RefusedEntryAfterTakeoverLeavesNewHolder(t *testing.T) {
 	a, obsA := adv18Client(t, shared.Client(t))
 	b, _ := adv18Client(t, shared.Client(t))
 	key := uniqueKey(t)
-	obsA.pauseOnce(ttl+200*time.Millisecond, false)
+	obsA.pauseOnce(ttl+400*time.Millisecond, false)
 	errA := make(chan error, 1)
 	go func() {
 		errA <- a.Do(context.Background(), key, lease.Spec{TTL: ttl, Deadline: 5 * time.Second}, func(context.Context) error {
@@ -193,7 +193,16 @@ func TestAdversary18_RefusedEntryAfterTakeoverLeavesNewHolder(t *testing.T) {
 			return nil
 		})
 	}()
-	time.Sleep(ttl + 50*time.Millisecond) // A's grant expired on the server
+	// A's grant made, then expired on the server (looked at, not slept
+	// for from the goroutine's start, which a loaded machine delays): B
+	// takes the key in the 400ms before A's paused call looks again.
+	ctx := context.Background()
+	if !waitFor(5*time.Second, func() bool { return direct.Exists(ctx, lockKey(key)).Val() == 1 }) {
+		t.Fatal("A's grant not seen in 5s")
+	}
+	if !waitFor(5*time.Second, func() bool { return direct.Exists(ctx, lockKey(key)).Val() == 0 }) {
+		t.Fatal("A's grant did not expire in 5s")
+	}
 	release := make(chan struct{})
 	doneB := hold(t, b, key, lease.Spec{TTL: 3 * time.Second, Deadline: 10 * time.Second}, release)
 	heldByB, _ := adv18Lock(direct, key)

@@ -1368,13 +1368,17 @@ func TestAdversary36_KeptLeaseAcrossCollections(t *testing.T) {
 	rdb := shared.Client(t)
 	c, _ := newClient(t, rdb)
 	key := uniqueKey(t)
-	s := lease.Spec{TTL: 300 * time.Millisecond, Deadline: 3 * time.Second, Keep: 500 * time.Millisecond, Fence: true}
+	// TTL 900ms (renewed every 300ms), MinValidity 100ms: a reuse needs
+	// the renewals on time to within about half a second, not the 45ms a
+	// 300ms TTL with its default MinValidity (half of it) left, which a
+	// loaded machine missed. The 15 calls still span almost 3 TTLs.
+	s := lease.Spec{TTL: 900 * time.Millisecond, MinValidity: 100 * time.Millisecond, Deadline: 4 * time.Second, Keep: 500 * time.Millisecond, Fence: true}
 	first, err := do36(t, c, rdb, context.Background(), key, s, func(context.Context) error { runtime.GC(); return nil })
 	want36(t, "first", first, err, true)
 	for i := range 15 {
 		runtime.GC()
 		debug.FreeOSMemory()
-		time.Sleep(120 * time.Millisecond) // renewed between calls (TTL/3 = 100ms)
+		time.Sleep(120 * time.Millisecond) // renewed between calls, every 300ms (TTL/3)
 		p, err := do36(t, c, rdb, context.Background(), key, s, func(context.Context) error {
 			runtime.GC()
 			time.Sleep(50 * time.Millisecond)

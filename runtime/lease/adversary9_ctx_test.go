@@ -179,7 +179,7 @@ func TestAdversary9_BudgetWithPoolExhausted(t *testing.T) {
 				defer close(blocked)
 				rdb.BLPop(context.Background(), 3*time.Second, "adv9-nothing")
 			}()
-			time.Sleep(50 * time.Millisecond)
+			waitBLPOP(t, direct)
 			ctx := context.Background()
 			if tc.ctxDL > 0 {
 				var cancel context.CancelFunc

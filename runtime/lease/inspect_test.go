@@ -549,18 +549,20 @@ func TestForceReleaseHoldMin(t *testing.T) {
 	}
 }
 
-// A forced release racing the holder's renewals (TTL 300ms: a renewal
-// every 100ms) at random moments: each time the release wins cleanly, the
-// holder is told with the right cause, and no renewal brings the key back.
+// A forced release racing the holder's renewals (TTL 900ms: a renewal
+// every 300ms) at random moments over two renewal periods: each time the
+// release wins cleanly, the holder is told with the right cause, and no
+// renewal brings the key back. (With a 300ms TTL, a renewal held up 200ms
+// on a loaded machine let the key expire before the forced release.)
 func TestForceReleaseRacingRenewal(t *testing.T) {
 	c, _ := sharedClient(t)
 	admin, _ := newClient(t, shared.Client(t))
 	ctx := context.Background()
-	for i := range 12 {
+	for i := range 8 {
 		key := fmt.Sprintf("%s-%d", uniqueKey(t), i)
-		h := holdUntil(t, c, key, lease.Spec{TTL: 300 * time.Millisecond, Deadline: 10 * time.Second, Fence: true, MinValidity: time.Millisecond})
+		h := holdUntil(t, c, key, lease.Spec{TTL: 900 * time.Millisecond, Deadline: 10 * time.Second, Fence: true, MinValidity: time.Millisecond})
 		info := inspect(t, admin, key)
-		time.Sleep(time.Duration(rand.IntN(200)) * time.Millisecond)
+		time.Sleep(time.Duration(rand.IntN(600)) * time.Millisecond)
 		res, err := admin.ForceRelease(ctx, key, info.Holder)
 		if err != nil || res != lease.ForceReleased {
 			t.Fatalf("round %d: ForceRelease = %v, %v", i, res, err)

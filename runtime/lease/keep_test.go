@@ -79,12 +79,15 @@ func TestKeptLeaseIsReusedThenReleased(t *testing.T) {
 func TestKeptLeaseIsRenewedBetweenCalls(t *testing.T) {
 	c, rec := sharedClient(t)
 	key := uniqueKey(t)
-	s := lease.Spec{TTL: 300 * time.Millisecond, Deadline: 5 * time.Second, Keep: 2 * time.Second}
+	// MinValidity 100ms of a 600ms TTL: a reuse does not depend on the
+	// renewals being on time to within tens of milliseconds (a 300ms TTL
+	// with its default MinValidity did, on a loaded machine).
+	s := lease.Spec{TTL: 600 * time.Millisecond, MinValidity: 100 * time.Millisecond, Deadline: 5 * time.Second, Keep: 2 * time.Second}
 	for range 2 {
 		if err := c.Do(context.Background(), key, s, func(context.Context) error { return nil }); err != nil {
 			t.Fatal(err)
 		}
-		time.Sleep(700 * time.Millisecond) // more than two TTLs
+		time.Sleep(1400 * time.Millisecond) // more than two TTLs
 	}
 	if n := rec.Count(lease.EventAcquired); n != 2 {
 		t.Fatalf("acquired %d times", n)
