@@ -705,13 +705,15 @@ func TestAdversary2_CancelledWaiterPassesClaimOn(t *testing.T) {
 			t.Logf("trial %d: W1 got the key before its cancel took effect; W2 after %v", i, lag.Round(time.Millisecond))
 			continue
 		}
-		if lag > 300*time.Millisecond {
+		// A claim not passed on shows as W2's re-check (5s); 1s leaves a
+		// loaded machine room for the release's message and W2's entry.
+		if lag > time.Second {
 			slow++
 			t.Logf("trial %d (cancel %s release, %v apart): W2 got the key %v after the release; W1: %v", i, map[bool]string{true: "before", false: "after"}[i%2 == 0], offset, lag.Round(time.Millisecond), err1)
 		}
 		cancel1()
 	}
-	table(t, "waiter cancelled as the release hands it the key", "the next waiter gets it within 300ms", trials, slow)
+	table(t, "waiter cancelled as the release hands it the key", "the next waiter gets it within 1s", trials, slow)
 }
 
 // A waiter whose process dies (its connections close; it sends nothing

@@ -75,7 +75,9 @@ func TestAdversary33_MoreThan32DeadWaitersAtHead(t *testing.T) {
 	if h != liveID {
 		t.Errorf("the release did not hand the key to the live waiter behind 40 dead entries: holder %q", h)
 	}
-	if lag > 300*time.Millisecond {
+	// Not told shows as its re-check (3s); 1s leaves a loaded machine
+	// room for the message and the subprocess's entry.
+	if lag > time.Second {
 		t.Errorf("the live waiter entered %v after the release (its re-check is 3s): it was not told", lag.Round(time.Millisecond))
 	}
 	r.waitEvent("DONE live", "", 8*time.Second)
