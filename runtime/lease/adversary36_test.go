@@ -923,7 +923,7 @@ func TestAdversary36_LeadTermsHoldRealLeases(t *testing.T) {
 func TestAdversary36_KeptLostInRestartOrFlush(t *testing.T) {
 	srv := leasetest.StartRedis(t)
 	rdb := srv.Client(t)
-	c, _ := newClient(t, rdb)
+	c, rec := newClient(t, rdb)
 	key := uniqueKey(t)
 	s := lease.Spec{TTL: time.Second, Deadline: 5 * time.Second, Keep: 10 * time.Second, Fence: true}
 	p1, err := do36(t, c, rdb, context.Background(), key, s, nil)
@@ -935,7 +935,9 @@ func TestAdversary36_KeptLostInRestartOrFlush(t *testing.T) {
 	if err := rdb.FlushAll(context.Background()).Err(); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(500 * time.Millisecond) // a renewal (every 333ms) finds it
+	// A renewal (every 333ms) finds it: waited for, not slept for (500ms
+	// were not always enough under load).
+	waitFor36(t, 5*time.Second, func() bool { return rec.Count(lease.EventLost) > 0 })
 	p3, err := do36(t, c, rdb, context.Background(), key, s, nil)
 	want36(t, "after FLUSHALL", p3, err, true)
 	if p3.owner == p2.owner {

@@ -243,8 +243,12 @@ func TestAdversary44_CloseWithAcquireInFlightThenRedisClose(t *testing.T) {
 	ctx := context.Background()
 	for _, fenced := range []bool{false, true} {
 		key := fmt.Sprintf("adv44-close-inflight-%v", fenced)
-		p, rdbQ, qc := proxiedClient(t, srv, "warm44")
-		p.SetDelay(100 * time.Millisecond)
+		// Replies 500ms late, so that the Close below (30ms in) comes
+		// before the acquire's reply even when this goroutine resumes
+		// late (100ms left only 70ms for that on a loaded machine); a
+		// release timeout of 2s, within which Close waits for the call.
+		p, rdbQ, qc := proxiedClient(t, srv, "warm44", lease.WithReleaseTimeout(2*time.Second))
+		p.SetDelay(500 * time.Millisecond)
 		var entered atomic.Bool
 		done := make(chan error, 1)
 		go func() {

@@ -112,6 +112,7 @@ func TestAdversary4_KeptCallReturnsNilAfterForceReleaseNotice(t *testing.T) {
 		})
 	}()
 	<-inA
+	checked := len(hook.checks())
 	if r, err := b.ForceRelease(ctx, key, a4Holder(t, admin, key)); err != nil || r != lease.ForceReleased {
 		t.Fatalf("ForceRelease: %v %v", r, err)
 	}
@@ -121,7 +122,11 @@ func TestAdversary4_KeptCallReturnsNilAfterForceReleaseNotice(t *testing.T) {
 		doneB <- b.Do(ctx, key, s, func(context.Context) error { close(inB); <-releaseB; return nil })
 	}()
 	<-inB
-	time.Sleep(200 * time.Millisecond) // A has processed the "x" notice
+	// A has processed the "x" notice: its (slow) check of the key began.
+	// Looked at, not slept for (200ms were not always enough under load).
+	if !waitFor(5*time.Second, func() bool { return len(hook.checks()) > checked }) {
+		t.Fatalf("A did not check the key after the ForceRelease notice; checks %v", hook.checks())
+	}
 	close(releaseA)
 	errA := <-doneA
 	close(releaseB)

@@ -238,10 +238,10 @@ func TestScriptFlushIsRecovered(t *testing.T) {
 	}
 	// Mid-run: the scripts vanish while a lease is held; renewals and the
 	// release reload them and the lease is never lost.
-	err := c.Do(context.Background(), uniqueKey(t), spec(300*time.Millisecond, 5*time.Second), func(ctx context.Context) error {
+	err := c.Do(context.Background(), uniqueKey(t), spec(900*time.Millisecond, 5*time.Second), func(ctx context.Context) error {
 		rdb.ScriptFlush(ctx)
 		select {
-		case <-time.After(500 * time.Millisecond): // renewals at 100ms intervals
+		case <-time.After(1200 * time.Millisecond): // renewals at 300ms intervals, the first reloads the script
 			return nil
 		case <-ctx.Done():
 			return context.Cause(ctx)

@@ -57,7 +57,10 @@ func TestDeployACLRecipeOnCluster(t *testing.T) {
 	ctx := context.Background()
 	for i := range 6 { // keys on all three masters
 		key := "acl-" + itoa(i)
-		s := lease.Spec{TTL: 300 * time.Millisecond, Deadline: 5 * time.Second, Wait: 3 * time.Second, Fence: true}
+		// TTL 900ms: renewed once (at 300ms) before the release at 400ms,
+		// with room for a loaded machine (a 300ms TTL needed its renewal
+		// within about 100ms of due).
+		s := lease.Spec{TTL: 900 * time.Millisecond, Deadline: 5 * time.Second, Wait: 3 * time.Second, Fence: true}
 		release := make(chan struct{})
 		held := hold(t, holder, key, s, release)
 		time.AfterFunc(400*time.Millisecond, func() { close(release) }) // renewed once
