@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"strings"
 	"testing"
 	"time"
 
@@ -100,4 +101,99 @@ func TestAdversary55_NestedBudgetIsCallersDeadline(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("first to end the nested fn's context: %v", winners)
+}
+
+// adv55Cause is a cause whose type cannot be compared with == (a slice,
+// as go/scanner.ErrorList): deciding whether the caller's deadline ended
+// fn's context must not compare causes (a panic in Do's epilogue left the
+// lease held for its TTL; found by an adversary review).
+type adv55Cause []string
+
+func (c adv55Cause) Error() string { return "request budget: " + c[0] }
+
+// The caller's deadline carries a cause of an uncomparable type: nested
+// calls (either timer first) and a call whose context hides its deadline
+// neither panic nor leave the key held, and report the budget.
+func TestAdversary55_UncomparableDeadlineCause(t *testing.T) {
+	c, _ := sharedClient(t)
+	key := uniqueKey(t)
+	err := c.Do(context.Background(), key, lease.Spec{TTL: 5 * time.Second, Deadline: time.Minute}, func(ctx context.Context) error {
+		for trial := range 20 {
+			cctx, cancel := context.WithTimeoutCause(ctx, 20*time.Millisecond, adv55Cause{"nested"})
+			err := func() (err error) {
+				defer func() {
+					if p := recover(); p != nil {
+						err = fmt.Errorf("panicked: %v", p)
+					}
+				}()
+				return c.Do(cctx, key, lease.Spec{TTL: 5 * time.Second, Deadline: time.Minute}, func(fctx context.Context) error {
+					<-fctx.Done()
+					return fctx.Err()
+				})
+			}()
+			cancel()
+			if !errors.Is(err, lease.ErrDeadline) || !errors.Is(err, context.DeadlineExceeded) {
+				t.Errorf("trial %d: nested Do = %v, want ErrDeadline and DeadlineExceeded", trial, err)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The caller's context hides its 50ms deadline: fn's own (the 200ms
+	// budget less the reserve) is later, and fn returns after both. fn's
+	// context was ended by the caller's deadline, not the budget the call
+	// knew of: fn's error, and no panic, and the key released.
+	inner, cancel := context.WithTimeoutCause(context.Background(), 50*time.Millisecond, adv55Cause{"hidden"})
+	defer cancel()
+	key2 := uniqueKey(t)
+	err = func() (err error) {
+		defer func() {
+			if p := recover(); p != nil {
+				err = fmt.Errorf("panicked: %v", p)
+			}
+		}()
+		return c.Do(adv55HideDeadline{inner}, key2, lease.Spec{TTL: 5 * time.Second, Deadline: 200 * time.Millisecond}, func(fctx context.Context) error {
+			<-fctx.Done()
+			time.Sleep(250 * time.Millisecond)
+			return fctx.Err()
+		})
+	}()
+	if err == nil || strings.Contains(err.Error(), "panicked") {
+		t.Errorf("Do under a hidden deadline = %v", err)
+	}
+	if n := shared.Client(t).Exists(context.Background(), lockKey(key2)).Val(); n != 0 {
+		t.Errorf("the key is held after the call returned (%v)", err)
+	}
+}
+
+type adv55HideDeadline struct{ context.Context }
+
+func (adv55HideDeadline) Deadline() (time.Time, bool) { return time.Time{}, false }
+
+// A caller that cancels with a cause wrapping ErrDeadline (errgroup
+// cancels with a sibling's error, here a sibling Do's ErrDeadline) long
+// before the call's budget: not the call's deadline (found by an
+// adversary review).
+func TestAdversary55_CancelCauseWrappingErrDeadline(t *testing.T) {
+	c, rec := sharedClient(t)
+	sibling := c.Do(context.Background(), uniqueKey(t), lease.Spec{TTL: time.Second, Deadline: 50 * time.Millisecond}, func(f context.Context) error {
+		<-f.Done()
+		return f.Err()
+	})
+	mustIs(t, sibling, lease.ErrDeadline)
+	before := rec.Count(lease.EventDeadlineExceeded)
+	ctx, cancel := context.WithCancelCause(context.Background())
+	err := c.Do(ctx, uniqueKey(t), lease.Spec{TTL: 5 * time.Second, Deadline: time.Minute}, func(f context.Context) error {
+		cancel(sibling)
+		<-f.Done()
+		return f.Err()
+	})
+	if errors.Is(err, lease.ErrDeadline) || !errors.Is(err, context.Canceled) {
+		t.Errorf("a caller's cancel (cause %v) reported as: %v", sibling, err)
+	}
+	if n := rec.Count(lease.EventDeadlineExceeded) - before; n != 0 {
+		t.Errorf("%d EventDeadlineExceeded for a cancelled call", n)
+	}
 }

@@ -200,18 +200,32 @@ func nop() {}
 // after fnEnd (the budget is the earlier of the two), but either timer
 // may run first when they come due together: a nested call whose budget
 // is its caller's deadline, or any call after the process was paused
-// across both (TestAdversary55_*). The caller's deadline ending fctx
-// after fnEnd is the budget too, so that Do's error does not depend on
-// which timer ran first.
+// across both (TestAdversary55_*). So, by how the caller's context ended:
+//   - not at all: fn's context ended by the lease (ErrDeadline, or a
+//     loss) or, for a nested call, by the enclosing call's end;
+//   - by its deadline, one at or after fnEnd: the budget, unless a loss
+//     came first (its cause wraps ErrLost);
+//   - cancelled: the budget only if fn's own deadline had come (a cancel
+//     whose cause wraps ErrDeadline, as errgroup's with a sibling call's
+//     error, is a cancel).
+//
+// Causes are told apart by errors.Is with the runtime's own errors, never
+// compared with the caller's: a cause of an uncomparable type (a slice
+// error) would make == panic.
 func budgetEnded(ctx, fctx context.Context, fnEnd time.Time) bool {
 	if fctx.Err() == nil {
 		return false
 	}
 	cause := context.Cause(fctx)
-	if errors.Is(cause, ErrDeadline) {
-		return true
+	switch ctx.Err() {
+	case nil:
+		return errors.Is(cause, ErrDeadline)
+	case context.DeadlineExceeded:
+		d, ok := ctx.Deadline()
+		return ok && !d.Before(fnEnd) && !time.Now().Before(fnEnd) && !errors.Is(cause, ErrLost)
+	default:
+		return errors.Is(cause, ErrDeadline) && !time.Now().Before(fnEnd)
 	}
-	return ctx.Err() == context.DeadlineExceeded && cause == context.Cause(ctx) && !time.Now().Before(fnEnd)
 }
 
 // stopContexts ends the contexts of a call that did not enter fn.
