@@ -528,12 +528,21 @@ func lostErr(cause, fnErr error) error {
 // ran and the lease was lost too (fn went on past its deadline, when no
 // renewal extends the lease): both classes, ErrLost's error first.
 func lostAfterDeadline(a *call, lost error) error {
-	return fmt.Errorf("%w (after the %v budget ran out: %w)", lost, a.spec.Deadline, ErrDeadline)
+	return fmt.Errorf("%w (after the %s ran out: %w)", lost, a.budget(), ErrDeadline)
 }
 
 func deadlineErr(a *call, fnErr error) error {
 	if fnErr != nil {
-		return fmt.Errorf("%w: key %q (%v budget): %w", ErrDeadline, a.key, a.spec.Deadline, fnErr)
+		return fmt.Errorf("%w: key %q (%s): %w", ErrDeadline, a.key, a.budget(), fnErr)
 	}
-	return fmt.Errorf("%w: key %q (%v budget)", ErrDeadline, a.key, a.spec.Deadline)
+	return fmt.Errorf("%w: key %q (%s)", ErrDeadline, a.key, a.budget())
+}
+
+// budget names the call's budget in its errors: Spec.Deadline, or the
+// caller's deadline when that came first.
+func (a *call) budget() string {
+	if a.end.Before(a.start.Add(a.spec.Deadline)) {
+		return fmt.Sprintf("%v budget, the caller's deadline", a.end.Sub(a.start).Round(time.Millisecond))
+	}
+	return fmt.Sprintf("%v budget", a.spec.Deadline)
 }
