@@ -197,3 +197,31 @@ func TestAdversary55_CancelCauseWrappingErrDeadline(t *testing.T) {
 		t.Errorf("%d EventDeadlineExceeded for a cancelled call", n)
 	}
 }
+
+// A call with Keep whose budget is all but spent when it takes the kept
+// lease: the check of the kept lease (asked of Redis while the Client's
+// subscription is not yet trusted) uses up the budget, and the release of
+// the lease it then gives up must still go out, in the background within
+// the release timeout: bounded by the spent budget it failed, the key
+// stayed held for its TTL and the Client's own next call was busy for 5s
+// (found by an adversary review, in about half of its runs).
+func TestAdversary55_KeptReleaseWithSpentBudget(t *testing.T) {
+	s := lease.Spec{TTL: 5 * time.Second, Deadline: time.Minute, Keep: 2 * time.Second}
+	for trial := range 10 {
+		c, _ := newClient(t, shared.Client(t))
+		key := uniqueKey(t)
+		if err := c.Do(context.Background(), key, s, func(context.Context) error { return nil }); err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Duration(50+10*trial)*time.Microsecond)
+		short := c.Do(ctx, key, s, func(context.Context) error { return nil })
+		cancel()
+		nctx, ncancel := context.WithTimeout(context.Background(), 3*time.Second)
+		err := c.Do(nctx, key, lease.Spec{TTL: 5 * time.Second, Deadline: 3 * time.Second, Wait: time.Second}, func(context.Context) error { return nil })
+		ncancel()
+		if err != nil {
+			t.Errorf("trial %d: after a call with a spent budget (%v), the next call: %v", trial, short, err)
+		}
+		c.Close()
+	}
+}

@@ -99,7 +99,14 @@ func (c *Client) Do(ctx context.Context, key string, spec Spec, fn func(ctx cont
 	// The release's share of the budget: of the real budget (a caller's
 	// deadline may be shorter than Spec.Deadline).
 	a.reserve = min(c.releaseTimeout, a.end.Sub(a.start)/10)
-	if l := c.takeKept(key, spec, a.end.Add(-a.reserve)); l != nil {
+	fnEnd := a.end.Add(-a.reserve)
+	if !time.Now().Before(fnEnd) {
+		// No time left for the function (the caller's deadline all but
+		// spent): as for an acquire, nothing is sent, and a lease this
+		// Client keeps stays kept for a call that can use it.
+		return finish(fmt.Errorf("%w: key %q: no time left in the budget for the function (nothing sent)", ErrDeadline, key))
+	}
+	if l := c.takeKept(key, spec, fnEnd); l != nil {
 		// A lease this Client kept from an earlier call: no round trip.
 		k := l.a
 		a.k, a.id, a.idValue, a.tomb, a.token, a.sent = k.k, k.id, k.idValue, k.tomb, l.token, time.Now()
@@ -542,7 +549,13 @@ func deadlineErr(a *call, fnErr error) error {
 // caller's deadline when that came first.
 func (a *call) budget() string {
 	if a.end.Before(a.start.Add(a.spec.Deadline)) {
-		return fmt.Sprintf("%v budget, the caller's deadline", a.end.Sub(a.start).Round(time.Millisecond))
+		d := a.end.Sub(a.start)
+		if d >= time.Millisecond {
+			d = d.Round(time.Millisecond)
+		} else {
+			d = d.Round(time.Microsecond)
+		}
+		return fmt.Sprintf("%v budget, the caller's deadline", d)
 	}
 	return fmt.Sprintf("%v budget", a.spec.Deadline)
 }

@@ -124,7 +124,7 @@ func (c *Client) takeKept(key string, spec Spec, deadline time.Time) *Lease {
 		c.forgetLocked(e)
 		c.keptMu.Unlock()
 		c.hub.keeper(l.a.k.channel, -1)
-		c.releaseKept(l, deadline, nil)
+		c.releaseKeptFor(l, deadline)
 		return nil
 	}
 	e.inUse = true
@@ -139,17 +139,50 @@ func (c *Client) takeKept(key string, spec Spec, deadline time.Time) *Lease {
 			return nil // forgotten by the loss; the call acquires afresh
 		case keptOK:
 			// Unless it ran out, or fell below what this call needs,
-			// while the answer came.
-			if !l.isLost() && l.Remaining() >= spec.MinValidity {
+			// while the answer came, or the answer took what was left of
+			// the call's budget (its function would start with its
+			// context ended, and the call's own release after it, within
+			// the spent budget, fail).
+			if !l.isLost() && l.Remaining() >= spec.MinValidity && time.Now().Before(deadline) {
 				return l
 			}
 		}
-		// Wanted by a waiter, no answer, or no longer suitable.
+		// Wanted by a waiter, no answer, no longer suitable, or no budget.
 		c.unkeep(l)
-		c.releaseKept(l, deadline, nil)
+		c.releaseKeptFor(l, deadline)
 		return nil
 	}
 	return l
+}
+
+// releaseKeptFor releases kept lease l that a call with budget until
+// deadline gave up: on the call's path, so that the call may acquire the
+// key next; or, with less than a fifth of the release timeout left, on a
+// goroutine within the release timeout (Close waits for it, as for a keep
+// that ended). Bounded by a budget that the check of the lease may have
+// spent, the release failed at once and left the key held for its TTL,
+// the Client's own next call busy (TestAdversary55_KeptReleaseWithSpentBudget).
+func (c *Client) releaseKeptFor(l *Lease, deadline time.Time) {
+	if !c.releaseSpent(deadline) {
+		c.releaseKept(l, deadline, nil)
+		return
+	}
+	c.releaseKeptLater(l)
+}
+
+// releaseSpent reports whether a budget ending at deadline is too nearly
+// spent to bound a release: less than a fifth of the release timeout.
+func (c *Client) releaseSpent(deadline time.Time) bool {
+	return time.Until(deadline) < c.releaseTimeout/5
+}
+
+// releaseKeptLater releases kept lease l on a goroutine, within the
+// release timeout; Close waits for it, as for a keep that ended.
+func (c *Client) releaseKeptLater(l *Lease) {
+	c.keptMu.Lock()
+	c.keptReleases.Add(1) // under keptMu: before Close can look (see releaseAllKept)
+	c.keptMu.Unlock()
+	go c.releaseKept(l, time.Time{}, c.keptReleases.Done)
 }
 
 // unkeep forgets l if it is kept (a call that reused it without Keep of
