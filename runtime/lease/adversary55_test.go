@@ -225,3 +225,42 @@ func TestAdversary55_KeptReleaseWithSpentBudget(t *testing.T) {
 		c.Close()
 	}
 }
+
+// A nested call on a context that drops the enclosing call's
+// cancellation (context.WithoutCancel), its own budget a minute: a
+// caller's cancel whose cause wraps ErrDeadline (errgroup's, with a
+// sibling's error) reaches it through the enclosing lease and is a
+// cancel; the enclosing call's deadline reaching it is the nested call's
+// deadline, named as the caller's (found by an adversary review).
+func TestAdversary55_NestedOnDetachedContext(t *testing.T) {
+	c, rec := sharedClient(t)
+	key := uniqueKey(t)
+	sibling := fmt.Errorf("sibling: %w", lease.ErrDeadline)
+	octx, ocancel := context.WithCancelCause(context.Background())
+	defer ocancel(nil)
+	before := rec.Count(lease.EventDeadlineExceeded)
+	var nerr error
+	_ = c.Do(octx, key, lease.Spec{TTL: 5 * time.Second, Deadline: time.Minute}, func(ctx context.Context) error {
+		nerr = c.Do(context.WithoutCancel(ctx), key, lease.Spec{TTL: 5 * time.Second, Deadline: time.Minute}, func(f context.Context) error {
+			ocancel(sibling)
+			<-f.Done()
+			return f.Err()
+		})
+		return ctx.Err()
+	})
+	if errors.Is(nerr, lease.ErrDeadline) || rec.Count(lease.EventDeadlineExceeded) != before {
+		t.Errorf("nested call under a cancel with a sibling's ErrDeadline: %v", nerr)
+	}
+	key2 := uniqueKey(t)
+	err := c.Do(context.Background(), key2, lease.Spec{TTL: 5 * time.Second, Deadline: 300 * time.Millisecond}, func(ctx context.Context) error {
+		nerr = c.Do(context.WithoutCancel(ctx), key2, lease.Spec{TTL: 5 * time.Second, Deadline: time.Minute}, func(f context.Context) error {
+			<-f.Done()
+			return f.Err()
+		})
+		return nil
+	})
+	mustIs(t, err, lease.ErrDeadline)
+	if !errors.Is(nerr, lease.ErrDeadline) || !strings.Contains(nerr.Error(), "the caller's deadline") {
+		t.Errorf("nested call ended by the enclosing call's 300ms budget: %v", nerr)
+	}
+}

@@ -470,6 +470,19 @@ func (a *call) reenter(ctx context.Context, r *leaseRef, fn func(context.Context
 	lctx := r.a.lctx
 	stop := context.AfterFunc(lctx, func() { cancel(context.Cause(lctx)) })
 	fctx, cancelDeadline := context.WithDeadlineCause(ictx, a.end, ErrDeadline)
+	// The nested call cannot outlast the enclosing call's function: its
+	// budget ends with the enclosing one's, also where ctx hides that
+	// deadline (context.WithoutCancel), so that the enclosing deadline
+	// ending both is the nested call's deadline too, and its error names
+	// that budget. (Not fctx's own deadline: the enclosing call's ends
+	// fctx through lctx, after the enclosing fn's context has ended, so
+	// that an enclosing fn that returns when the nested call does is past
+	// its own deadline by then.)
+	if !r.a.unbounded {
+		if e := r.a.end.Add(-r.a.reserve); e.Before(a.end) {
+			a.end = e
+		}
+	}
 	defer func() {
 		stop()
 		cancelDeadline()
@@ -493,9 +506,10 @@ func (a *call) reenter(ctx context.Context, r *leaseRef, fn func(context.Context
 
 	a.settle()
 	err := fn(fctx)
+	returned := time.Now()
 	a.unsettle()
 
-	deadlineHit := budgetEnded(ctx, fctx, a.end)
+	deadlineHit := budgetEnded(ctx, fctx, a.end, returned)
 	if r.a.inFn.Load() && time.Now().After(l.valid()) {
 		// Not once the outer call has returned (a nested call in a
 		// goroutine that outlived it): the lease was released then, and

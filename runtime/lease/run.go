@@ -47,16 +47,17 @@ func (a *call) run(ctx context.Context, l *Lease, fn func(context.Context) error
 
 	returned, taken := false, false
 	defer func() {
-		a.unsettle() // out of fn (or never in it)
+		now := time.Now() // when fn returned (or the call gave up entering it)
+		a.unsettle()      // out of fn (or never in it)
 		a.inFn.Store(false)
 		entered := !a.entered.IsZero() // fn was called (see the entry check)
 		// Overrun is loss: checked before the timer is disarmed, so a timer
 		// that could not run in time (a busy CPU) changes nothing.
 		validAtReturn := l.valid()
-		if entered && time.Now().After(validAtReturn) {
+		if entered && now.After(validAtReturn) {
 			l.lose(a.lossCause(l, "the function returned after the lease's validity ended"))
 		}
-		deadlineHit := !a.unbounded && budgetEnded(ctx, dctx, a.end.Add(-a.reserve))
+		deadlineHit := !a.unbounded && budgetEnded(ctx, dctx, a.end.Add(-a.reserve), now)
 		cancelLost(errEnded) // first: dctx and nested calls inherit this cause
 		cancelDeadline()
 		if entered && returned && !l.isLost() && a.c.keep(l, a) {
@@ -207,37 +208,35 @@ func (a *call) makeContexts(ctx context.Context) {
 func nop() {}
 
 // budgetEnded reports whether fn's context fctx (deadline fnEnd, under
-// the caller's ctx) ended because the call's budget ran out. Its own
-// deadline ends it with ErrDeadline. The caller's deadline comes at or
-// after fnEnd (the budget is the earlier of the two), but either timer
-// may run first when they come due together: a nested call whose budget
-// is its caller's deadline, or any call after the process was paused
-// across both (TestAdversary55_*). So, by how the caller's context ended:
-//   - not at all: fn's context ended by the lease (ErrDeadline, or a
-//     loss) or, for a nested call, by the enclosing call's end;
+// the caller's ctx) ended because the call's budget ran out, fn having
+// returned at returned: never when fn returned before fnEnd (it returned
+// within its budget, whatever ended its context while the call's end ran).
+// Its own deadline ends fctx with ErrDeadline itself (not an error
+// wrapping it: a caller may cancel with one, as errgroup does with a
+// sibling call's error). The caller's deadline comes at or after fnEnd
+// (the budget is the earlier of the two), but either timer may run first
+// when they come due together: a nested call whose budget is its caller's
+// deadline, or any call after the process was paused across both
+// (TestAdversary55_*). So, by how the caller's context ended:
+//   - not at all, or cancelled: the runtime's own deadline, that of this
+//     call or (a nested call) of the enclosing one;
 //   - by its deadline, one at or after fnEnd: the budget, unless a loss
-//     came first (its cause wraps ErrLost);
-//   - cancelled: the budget only if fn's own deadline had come (a cancel
-//     whose cause wraps ErrDeadline, as errgroup's with a sibling call's
-//     error, is a cancel).
+//     came first (its cause wraps ErrLost).
 //
-// Causes are told apart by errors.Is with the runtime's own errors, never
-// compared with the caller's: a cause of an uncomparable type (a slice
-// error) would make == panic.
-func budgetEnded(ctx, fctx context.Context, fnEnd time.Time) bool {
-	if fctx.Err() == nil {
+// Causes are told apart by identity with, or errors.Is for, the runtime's
+// own errors, never compared with the caller's: == on two errors of the
+// same uncomparable type (a slice error) panics; with ErrDeadline's type
+// it cannot.
+func budgetEnded(ctx, fctx context.Context, fnEnd, returned time.Time) bool {
+	if fctx.Err() == nil || returned.Before(fnEnd) {
 		return false
 	}
 	cause := context.Cause(fctx)
-	switch ctx.Err() {
-	case nil:
-		return errors.Is(cause, ErrDeadline)
-	case context.DeadlineExceeded:
+	if ctx.Err() == context.DeadlineExceeded {
 		d, ok := ctx.Deadline()
-		return ok && !d.Before(fnEnd) && !time.Now().Before(fnEnd) && !errors.Is(cause, ErrLost)
-	default:
-		return errors.Is(cause, ErrDeadline) && !time.Now().Before(fnEnd)
+		return ok && !d.Before(fnEnd) && !errors.Is(cause, ErrLost)
 	}
+	return cause == ErrDeadline
 }
 
 // stopContexts ends the contexts of a call that did not enter fn.
