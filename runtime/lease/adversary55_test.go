@@ -264,3 +264,81 @@ func TestAdversary55_NestedOnDetachedContext(t *testing.T) {
 		t.Errorf("nested call ended by the enclosing call's 300ms budget: %v", nerr)
 	}
 }
+
+// adv55Kept makes c keep a lease on key (Keep 2s) and waits until its
+// subscription is trusted, so that a reuse asks Redis nothing.
+func adv55Kept(t *testing.T, c *lease.Client, key string) {
+	t.Helper()
+	if err := c.Do(context.Background(), key, lease.Spec{TTL: 5 * time.Second, Deadline: time.Minute, Keep: 2 * time.Second}, func(context.Context) error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(150 * time.Millisecond)
+}
+
+// Short calls (a 40ms budget, far more than a release needs) that reuse
+// or give up a kept lease release it on their own path, as before the
+// spent-budget change: a loss the release finds is the call's ErrLost,
+// and the same Client's next call finds the key free, not held by its own
+// old lease (found by an adversary review of that change).
+func TestAdversary55_ShortCallsReleaseKeptOnTheirPath(t *testing.T) {
+	admin := shared.Client(t)
+	ctx := context.Background()
+	t.Run("loss found at release", func(t *testing.T) {
+		c, rec := newClient(t, shared.Client(t))
+		key := uniqueKey(t)
+		adv55Kept(t, c, key)
+		admin.Del(ctx, lockKey(key))
+		err := c.Do(ctx, key, lease.Spec{TTL: 5 * time.Second, Deadline: 40 * time.Millisecond}, func(context.Context) error { return nil })
+		mustIs(t, err, lease.ErrLost)
+		if rec.Count(lease.EventLost) == 0 {
+			t.Error("no EventLost")
+		}
+	})
+	for _, tc := range []struct {
+		name string
+		s    lease.Spec
+	}{
+		{"reused, then released", lease.Spec{TTL: 5 * time.Second, Deadline: 40 * time.Millisecond}},
+		{"unsuitable, given up", lease.Spec{TTL: 4 * time.Second, Deadline: 45 * time.Millisecond}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, _ := newClient(t, shared.Client(t))
+			for trial := range 10 {
+				key := uniqueKey(t)
+				adv55Kept(t, c, key)
+				_ = c.Do(ctx, key, tc.s, func(context.Context) error { return nil })
+				if err := c.Do(ctx, key, lease.Spec{TTL: 5 * time.Second, Deadline: time.Second}, func(context.Context) error { return nil }); err != nil {
+					t.Errorf("trial %d: the next call of the same Client: %v", trial, err)
+				}
+			}
+		})
+	}
+}
+
+// A call with Keep and a 40ms budget reuses a kept lease and is in fn when
+// Close runs; fn returns, Do returns, and the service closes its go-redis
+// client, as Close's documentation says: the key must not be left held
+// for its TTL (found by an adversary review).
+func TestAdversary55_CloseWhileKeptCallRunsThenRedisClose(t *testing.T) {
+	admin := shared.Client(t)
+	for trial := range 5 {
+		rdb := shared.Client(t)
+		c, _ := newClient(t, rdb)
+		key := uniqueKey(t)
+		adv55Kept(t, c, key)
+		in, out, done := make(chan struct{}), make(chan struct{}), make(chan error, 1)
+		go func() {
+			done <- c.Do(context.Background(), key, lease.Spec{TTL: 5 * time.Second, Deadline: 40 * time.Millisecond, Keep: 2 * time.Second},
+				func(context.Context) error { close(in); <-out; return nil })
+		}()
+		<-in
+		c.Close()
+		close(out)
+		<-done
+		rdb.Close()
+		time.Sleep(20 * time.Millisecond)
+		if n := admin.Exists(context.Background(), lockKey(key)).Val(); n != 0 {
+			t.Errorf("trial %d: the key is held (PTTL %v) after Close, the call's return and the go-redis client's Close", trial, admin.PTTL(context.Background(), lockKey(key)).Val())
+		}
+	}
+}

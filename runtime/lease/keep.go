@@ -157,30 +157,41 @@ func (c *Client) takeKept(key string, spec Spec, deadline time.Time) *Lease {
 
 // releaseKeptFor releases kept lease l that a call with budget until
 // deadline gave up: on the call's path, so that the call may acquire the
-// key next; or, with less than a fifth of the release timeout left, on a
-// goroutine within the release timeout (Close waits for it, as for a keep
-// that ended). Bounded by a budget that the check of the lease may have
-// spent, the release failed at once and left the key held for its TTL,
-// the Client's own next call busy (TestAdversary55_KeptReleaseWithSpentBudget).
+// key next; or, with too little left to bound a release (minReleaseBound),
+// outside the budget (releaseKeptLater). Bounded by a budget that the
+// check of the lease had spent, the release failed at once and left the
+// key held for its TTL, the Client's own next call busy
+// (TestAdversary55_KeptReleaseWithSpentBudget).
 func (c *Client) releaseKeptFor(l *Lease, deadline time.Time) {
-	if !c.releaseSpent(deadline) {
+	if time.Until(deadline) >= minReleaseBound {
 		c.releaseKept(l, deadline, nil)
 		return
 	}
 	c.releaseKeptLater(l)
 }
 
-// releaseSpent reports whether a budget ending at deadline is too nearly
-// spent to bound a release: less than a fifth of the release timeout.
-func (c *Client) releaseSpent(deadline time.Time) bool {
-	return time.Until(deadline) < c.releaseTimeout/5
-}
+// minReleaseBound is the least time that bounds a release of a kept
+// lease on a call's path: under it (a budget all but spent) the release
+// could not make its round trip, and goes out within the release timeout
+// instead.
+const minReleaseBound = 2 * time.Millisecond
 
-// releaseKeptLater releases kept lease l on a goroutine, within the
-// release timeout; Close waits for it, as for a keep that ended.
+// releaseKeptLater releases kept lease l within the release timeout,
+// outside the budget of the call that gave it up: on a goroutine that
+// Close waits for, as for a keep that ended; once Close has looked (the
+// lease was in use then), on the caller's path, since Close no longer
+// waits and the go-redis client may be closed as soon as the call
+// returns. Decided under keptMu, which Close's look takes after marking
+// the Client closed: no release is added to keptReleases after Close
+// waits for them.
 func (c *Client) releaseKeptLater(l *Lease) {
 	c.keptMu.Lock()
-	c.keptReleases.Add(1) // under keptMu: before Close can look (see releaseAllKept)
+	if c.closed.Load() {
+		c.keptMu.Unlock()
+		c.releaseKept(l, time.Time{}, nil)
+		return
+	}
+	c.keptReleases.Add(1)
 	c.keptMu.Unlock()
 	go c.releaseKept(l, time.Time{}, c.keptReleases.Done)
 }

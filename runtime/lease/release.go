@@ -14,13 +14,10 @@ type released struct {
 	at  time.Time // when the reply was read
 }
 
-// release deletes the lease if this attempt still holds it (or, with hold >
-// 0, sets the remaining hold as its TTL), on a context detached from the
-// caller's and bounded by the budget. A release whose reply is lost is
-// reported, not retried as a plain DEL; go-redis's own replay of it finds
-// the tombstone the first run left and answers "released" again.
-func (a *call) release(ctx context.Context, hold time.Duration) released {
-	now := time.Now()
+// releaseBy is when the call's own release, sent at now, must be
+// answered: the call's end, or at least its reserve (at most 20ms) from
+// now when the end is nearer, and at most the release timeout from now.
+func (a *call) releaseBy(now time.Time) time.Time {
 	dl := a.end
 	if floor := now.Add(min(a.reserve, 20*time.Millisecond)); dl.Before(floor) {
 		dl = floor
@@ -28,6 +25,17 @@ func (a *call) release(ctx context.Context, hold time.Duration) released {
 	if cap := now.Add(a.c.releaseTimeout); cap.Before(dl) {
 		dl = cap
 	}
+	return dl
+}
+
+// release deletes the lease if this attempt still holds it (or, with hold >
+// 0, sets the remaining hold as its TTL), on a context detached from the
+// caller's and bounded by the budget. A release whose reply is lost is
+// reported, not retried as a plain DEL; go-redis's own replay of it finds
+// the tombstone the first run left and answers "released" again.
+func (a *call) release(ctx context.Context, hold time.Duration) released {
+	now := time.Now()
+	dl := a.releaseBy(now)
 	a.rctx = releaseCtx{parent: ctx, dl: dl, k: &a.c.clock}
 	defer a.rctx.stop()
 	res, err := a.sendRelease(&a.rctx, hold)
