@@ -342,3 +342,22 @@ func TestAdversary55_CloseWhileKeptCallRunsThenRedisClose(t *testing.T) {
 		}
 	}
 }
+
+// A nested call on a detached context started after the enclosing call's
+// budget ended (the enclosing fn overruns it, its lease still valid): not
+// entered, ErrDeadline.
+func TestAdversary55_NestedAfterEnclosingBudget(t *testing.T) {
+	c, _ := sharedClient(t)
+	key := uniqueKey(t)
+	var nerr error
+	_ = c.Do(context.Background(), key, lease.Spec{TTL: 5 * time.Second, Deadline: 100 * time.Millisecond}, func(ctx context.Context) error {
+		<-ctx.Done()
+		time.Sleep(20 * time.Millisecond)
+		nerr = c.Do(context.WithoutCancel(ctx), key, lease.Spec{TTL: 5 * time.Second, Deadline: time.Minute}, func(context.Context) error {
+			t.Error("a nested call entered after the enclosing budget ended")
+			return nil
+		})
+		return nil
+	})
+	mustIs(t, nerr, lease.ErrDeadline)
+}

@@ -488,6 +488,12 @@ func (a *call) reenter(ctx context.Context, r *leaseRef, fn func(context.Context
 		cancelDeadline()
 		cancel(nil)
 	}()
+	if !time.Now().Before(a.end) {
+		// Started after the budget ended (the enclosing call's, on a
+		// context that hides it): not entered, as a call with no time
+		// left for its function.
+		return fmt.Errorf("%w: key %q: no time left in the budget for the function (nothing sent)", ErrDeadline, a.key)
+	}
 	// Looked at as the last thing before fn (deriving the contexts may
 	// have taken a while): the enclosing call (in another goroutine) may
 	// have returned meanwhile, and released the lease or kept it for the
