@@ -10,7 +10,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/leasegen/leasegen/runtime/lease"
+	"github.com/leasegen/leasegen/runtime/leasetest"
 )
 
 // The call's budget runs out while the process is stopped: fn's own
@@ -360,4 +363,42 @@ func TestAdversary55_NestedAfterEnclosingBudget(t *testing.T) {
 		return nil
 	})
 	mustIs(t, nerr, lease.ErrDeadline)
+}
+
+// A call with Keep, a 10ms budget and a kept lease is in fn when Redis
+// goes silent and Close runs: Do returns near its deadline (its release
+// after Close within 20ms, as a call's own), not after the whole release
+// timeout (found by an adversary review: 261ms).
+func TestAdversary55_KeptCallAfterCloseKeepsItsDeadline(t *testing.T) {
+	st := watchStalls(t, 5*time.Millisecond)
+	srv := leasetest.StartRedis(t)
+	p := leasetest.StartProxy(t, srv.Addr())
+	rdb := redis.NewClient(&redis.Options{Addr: p.Addr(), ContextTimeoutEnabled: true})
+	t.Cleanup(func() { rdb.Close() })
+	c, _ := newClient(t, rdb)
+	key := uniqueKey(t)
+	adv55Kept(t, c, key)
+	const budget = 10 * time.Millisecond
+	in, out, done := make(chan struct{}), make(chan struct{}), make(chan error, 1)
+	var start time.Time
+	go func() {
+		start = time.Now()
+		done <- c.Do(context.Background(), key, lease.Spec{TTL: 5 * time.Second, Deadline: budget, Keep: 2 * time.Second}, func(ctx context.Context) error {
+			close(in)
+			<-out
+			<-ctx.Done()
+			return nil
+		})
+	}()
+	<-in
+	p.Set(leasetest.Blackhole)
+	c.Close()
+	close(out)
+	err := <-done
+	end := time.Now()
+	took := end.Sub(start)
+	t.Logf("Do = %v after %v", err, took.Round(time.Millisecond))
+	if late := took - st.lost(start.Add(budget), end); late > budget+100*time.Millisecond {
+		t.Errorf("Do returned %v after its start (%v without stalls), budget %v: the kept lease's release after Close ran past it", took, late, budget)
+	}
 }
