@@ -100,7 +100,9 @@ func (a *call) run(ctx context.Context, l *Lease, fn func(context.Context) error
 			// release timeout in the background, as takeKept does, not
 			// within the spent budget, where the release failed and left
 			// the key held for its TTL (TestAdversary55_KeptReleaseWithSpentBudget).
-			// Its outcome is observed there, a loss it finds included.
+			// Its outcome is observed there (a key it finds no longer held
+			// as EventReleaseUnconfirmed), not in the call's error: with
+			// the budget spent, the call's own release could not have told.
 			a.c.releaseKeptLater(l)
 			r.res = 1
 		} else {
