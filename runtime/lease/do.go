@@ -104,7 +104,7 @@ func (c *Client) Do(ctx context.Context, key string, spec Spec, fn func(ctx cont
 		// No time left for the function (the caller's deadline all but
 		// spent): as for an acquire, nothing is sent, and a lease this
 		// Client keeps stays kept for a call that can use it.
-		return finish(fmt.Errorf("%w: key %q: no time left in the budget for the function (nothing sent)", ErrDeadline, key))
+		return finish(noTimeForFn(key))
 	}
 	if l := c.takeKept(key, spec, fnEnd); l != nil {
 		// A lease this Client kept from an earlier call: no round trip.
@@ -492,7 +492,7 @@ func (a *call) reenter(ctx context.Context, r *leaseRef, fn func(context.Context
 		// Started after the budget ended (the enclosing call's, on a
 		// context that hides it): not entered, as a call with no time
 		// left for its function.
-		return fmt.Errorf("%w: key %q: no time left in the budget for the function (nothing sent)", ErrDeadline, a.key)
+		return noTimeForFn(a.key)
 	}
 	// Looked at as the last thing before fn (deriving the contexts may
 	// have taken a while): the enclosing call (in another goroutine) may
@@ -563,6 +563,12 @@ func deadlineErr(a *call, fnErr error) error {
 		return fmt.Errorf("%w: key %q (%s): %w", ErrDeadline, a.key, a.budget(), fnErr)
 	}
 	return fmt.Errorf("%w: key %q (%s)", ErrDeadline, a.key, a.budget())
+}
+
+// noTimeForFn is the error of a call whose budget ended before its
+// function could start: nothing was sent.
+func noTimeForFn(key string) error {
+	return fmt.Errorf("%w: key %q: no time left in the budget for the function (nothing sent)", ErrDeadline, key)
 }
 
 // budget names the call's budget in its errors: Spec.Deadline, or the

@@ -181,16 +181,15 @@ const minReleaseBound = 2 * time.Millisecond
 // Close waits for, as for a keep that ended; once Close has looked (the
 // lease was in use then), on the caller's path, since Close no longer
 // waits and the go-redis client may be closed as soon as the call
-// returns, within at most 20ms (the longest a call's own release may run
-// past its budget, see releaseBy: Do stays that near its deadline, also
-// when Redis is silent). Decided under keptMu, which Close's look takes
+// returns, within releaseOverrun (as a call's own release past its
+// budget: Do stays that near its deadline, also when Redis is silent). Decided under keptMu, which Close's look takes
 // after marking the Client closed: no release is added to keptReleases
 // after Close waits for them.
 func (c *Client) releaseKeptLater(l *Lease) {
 	c.keptMu.Lock()
 	if c.closed.Load() {
 		c.keptMu.Unlock()
-		c.releaseKept(l, time.Now().Add(min(c.releaseTimeout, 20*time.Millisecond)), nil)
+		c.releaseKept(l, time.Now().Add(min(c.releaseTimeout, releaseOverrun)), nil)
 		return
 	}
 	c.keptReleases.Add(1)

@@ -14,12 +14,17 @@ type released struct {
 	at  time.Time // when the reply was read
 }
 
+// releaseOverrun is the longest a release on a call's path may run past
+// the call's budget (Do returns by its deadline plus a few milliseconds).
+const releaseOverrun = 20 * time.Millisecond
+
 // releaseBy is when the call's own release, sent at now, must be
-// answered: the call's end, or at least its reserve (at most 20ms) from
-// now when the end is nearer, and at most the release timeout from now.
+// answered: the call's end, or at least its reserve (at most
+// releaseOverrun) from now when the end is nearer, and at most the
+// release timeout from now.
 func (a *call) releaseBy(now time.Time) time.Time {
 	dl := a.end
-	if floor := now.Add(min(a.reserve, 20*time.Millisecond)); dl.Before(floor) {
+	if floor := now.Add(min(a.reserve, releaseOverrun)); dl.Before(floor) {
 		dl = floor
 	}
 	if cap := now.Add(a.c.releaseTimeout); cap.Before(dl) {

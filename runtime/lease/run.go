@@ -94,7 +94,7 @@ func (a *call) run(ctx context.Context, l *Lease, fn func(context.Context) error
 			hold = time.Until(heldBefore)
 		}
 		var r released
-		if now := time.Now(); l.a != a && a.releaseBy(now).Sub(now) < minReleaseBound {
+		if at := time.Now(); l.a != a && a.releaseBy(at).Sub(at) < minReleaseBound {
 			// A kept lease this call took, given up with its budget all
 			// but spent (a keep it could not confirm): released within the
 			// release timeout in the background, as takeKept does, not
