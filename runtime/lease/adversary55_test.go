@@ -123,17 +123,12 @@ func TestAdversary55_UncomparableDeadlineCause(t *testing.T) {
 	err := c.Do(context.Background(), key, lease.Spec{TTL: 5 * time.Second, Deadline: time.Minute}, func(ctx context.Context) error {
 		for trial := range 20 {
 			cctx, cancel := context.WithTimeoutCause(ctx, 20*time.Millisecond, adv55Cause{"nested"})
-			err := func() (err error) {
-				defer func() {
-					if p := recover(); p != nil {
-						err = fmt.Errorf("panicked: %v", p)
-					}
-				}()
+			err := adv55Recover(func() error {
 				return c.Do(cctx, key, lease.Spec{TTL: 5 * time.Second, Deadline: time.Minute}, func(fctx context.Context) error {
 					<-fctx.Done()
 					return fctx.Err()
 				})
-			}()
+			})
 			cancel()
 			if !errors.Is(err, lease.ErrDeadline) || !errors.Is(err, context.DeadlineExceeded) {
 				t.Errorf("trial %d: nested Do = %v, want ErrDeadline and DeadlineExceeded", trial, err)
@@ -151,24 +146,29 @@ func TestAdversary55_UncomparableDeadlineCause(t *testing.T) {
 	inner, cancel := context.WithTimeoutCause(context.Background(), 50*time.Millisecond, adv55Cause{"hidden"})
 	defer cancel()
 	key2 := uniqueKey(t)
-	err = func() (err error) {
-		defer func() {
-			if p := recover(); p != nil {
-				err = fmt.Errorf("panicked: %v", p)
-			}
-		}()
+	err = adv55Recover(func() error {
 		return c.Do(adv55HideDeadline{inner}, key2, lease.Spec{TTL: 5 * time.Second, Deadline: 200 * time.Millisecond}, func(fctx context.Context) error {
 			<-fctx.Done()
 			time.Sleep(250 * time.Millisecond)
 			return fctx.Err()
 		})
-	}()
+	})
 	if err == nil || strings.Contains(err.Error(), "panicked") {
 		t.Errorf("Do under a hidden deadline = %v", err)
 	}
 	if n := shared.Client(t).Exists(context.Background(), lockKey(key2)).Val(); n != 0 {
 		t.Errorf("the key is held after the call returned (%v)", err)
 	}
+}
+
+// adv55Recover runs do, turning a panic into an error saying so.
+func adv55Recover(do func() error) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("panicked: %v", p)
+		}
+	}()
+	return do()
 }
 
 type adv55HideDeadline struct{ context.Context }
