@@ -54,7 +54,11 @@ func TestAdversary44_HugeHoldMinIsHonoured(t *testing.T) {
 	if err := c.Do(context.Background(), key, s, func(context.Context) error { return nil }); err != nil {
 		t.Fatalf("Do: %v", err)
 	}
-	pttl := admin.PTTL(context.Background(), lockKey(key)).Val()
+	// Read as milliseconds: go-redis's PTTL multiplies them into a
+	// time.Duration, which wraps negative for a TTL within a millisecond
+	// of the longest Duration (PTTL 9223372036855 ms, 4 runs in 20).
+	ms, _ := admin.Do(context.Background(), "PTTL", lockKey(key)).Int64()
+	pttl := time.Duration(min(ms, int64(math.MaxInt64/time.Millisecond))) * time.Millisecond
 	err := other.Do(context.Background(), key, spec(time.Second, 2*time.Second), func(context.Context) error { return nil })
 	t.Logf("after the call: key's PTTL %v; released %d, unconfirmed %d; another caller: %v",
 		pttl, rec.Count(lease.EventReleased), rec.Count(lease.EventReleaseUnconfirmed), err)
