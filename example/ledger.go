@@ -34,7 +34,7 @@ func (l *memLedger) Value(_ context.Context, key string) (int64, error) {
 }
 
 // pgLedger keeps balances in PostgreSQL (DATABASE_URL), in a table with
-// the two fence columns; each write is one conditional statement.
+// the two fence columns; each write is a fenced UPDATE (see Add).
 type pgLedger struct {
 	db *sql.DB
 	t  fence.Table
@@ -57,18 +57,36 @@ func newPGLedger(ctx context.Context, url, table string) (*pgLedger, error) {
 	return &pgLedger{db: db, t: fence.Table{Name: table, Key: "id"}}, nil
 }
 
-// Add reads the balance and writes the new one under the stamp; a stale
-// stamp is refused by the UPDATE's WHERE clause.
-func (l *pgLedger) Add(ctx context.Context, s fence.Stamp, key string, delta int64) error {
-	cur, err := l.Value(ctx, key)
+// Add adds delta to the balance under the stamp, in one transaction:
+// the row is made if missing (with the lowest stamp, which every writer's
+// admits), read and locked (FOR UPDATE), and written by the fenced UPDATE.
+// A holder that lost its lease and writes meanwhile waits for the lock,
+// then is refused by the stamp written here (fence.ErrStale); one that
+// wrote before the read is counted in the sum. A read and a separate
+// conditional write would overwrite such an accepted stale write with a
+// sum from before it (TestPGLedgerLosesNoUpdateToAStaleWriter).
+func (l *pgLedger) Add(ctx context.Context, s fence.Stamp, key string, delta int64) (err error) {
+	tx, err := l.db.BeginTx(ctx, nil)
 	if err != nil {
 		return err
 	}
-	err = l.t.Update(ctx, fence.SQL(l.db), s, key, fence.Set("balance", cur+delta))
-	if errors.Is(err, fence.ErrNoRow) {
-		return l.t.Upsert(ctx, fence.SQL(l.db), s, key, fence.Set("balance", delta))
+	defer func() {
+		if err != nil {
+			_ = tx.Rollback()
+			return
+		}
+		err = tx.Commit()
+	}()
+	_, err = tx.ExecContext(ctx, "INSERT INTO "+l.t.Name+" (id, balance, fence_token, fence_owner) VALUES ($1, 0, 0, '') ON CONFLICT (id) DO NOTHING", key)
+	if err != nil {
+		return err
 	}
-	return err
+	var cur int64
+	err = tx.QueryRowContext(ctx, "SELECT balance FROM "+l.t.Name+" WHERE id = $1 FOR UPDATE", key).Scan(&cur)
+	if err != nil {
+		return err
+	}
+	return l.t.Update(ctx, fence.SQL(tx), s, key, fence.Set("balance", cur+delta))
 }
 
 func (l *pgLedger) Value(ctx context.Context, key string) (int64, error) {
