@@ -206,18 +206,35 @@ func (g *pkgGen) keyValue(p directive.Part, kp templates.KeyPart, expr, text str
 			return kp, false, true
 		}
 	}
+	// receiver is the expression String or MarshalText is called on: the
+	// value, nil-checked when it can be nil, and the embedded pointers and
+	// interfaces the method is promoted through, nil-checked too (as for
+	// {x.String()}: a nil one would panic in the call).
+	receiver := func(method string) (string, bool) {
+		e := expr
+		if nilable(t) {
+			e = nilCheck(&kp, e, text)
+		}
+		_, index, _ := types.LookupFieldOrMethod(t, addressable, g.pkg.Types, method)
+		if len(index) > 1 {
+			return g.embeddedNilChecks(p, t, index[:len(index)-1], e, text, method, func(e, tx string) string { return nilCheck(&kp, e, tx) })
+		}
+		return e, true
+	}
 	switch {
 	case types.Implements(t, stringerIface):
-		if nilable(t) {
-			expr = nilCheck(&kp, expr, text)
+		e, good := receiver("String")
+		if !good {
+			return kp, false, false
 		}
-		kp.Str, kp.NonEmpty, kp.Text = expr+".String()", true, text
+		kp.Str, kp.NonEmpty, kp.Text = e+".String()", true, text
 		return kp, true, true
 	case types.Implements(t, marshalIface):
-		if nilable(t) {
-			expr = nilCheck(&kp, expr, text)
+		e, good := receiver("MarshalText")
+		if !good {
+			return kp, false, false
 		}
-		kp.Marshal, kp.NonEmpty, kp.Text = expr+".MarshalText()", true, text
+		kp.Marshal, kp.NonEmpty, kp.Text = e+".MarshalText()", true, text
 		return kp, false, true
 	}
 	ts := types.TypeString(t, types.RelativeTo(g.pkg.Types))

@@ -1,0 +1,113 @@
+package gen_test
+
+// Round 56: findings of an adversary round on the generator (a helper
+// attacking it from the README's claims), each failing before its fix.
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/leasegen/leasegen/internal/gentest"
+)
+
+// A key part whose String (or MarshalText) is promoted through an
+// embedded interface or pointer, written {r} rather than {r.String()}:
+// README "Directives": "pointers and interfaces on a path, and the
+// embedded ones a promoted method is reached through, are nil-checked
+// (nil gives an error wrapping lease.ErrBadKey and the function is not
+// called)". The wrapper called r.String() on a nil embedded value and
+// panicked: only the explicit {r.String()} walked the embedded path.
+func TestAdversary56_ImplicitPromotedKeyMethodIsNilChecked(t *testing.T) {
+	mod := adv46Module(t)
+	adv46Write(t, mod, map[string]string{
+		"p/p.go": `package p
+
+import (
+	"context"
+	"fmt"
+	"net/url"
+)
+
+type R struct{ fmt.Stringer }
+
+type U struct{ *url.URL }
+
+type N struct{ *Name }
+
+type Name struct{ s string }
+
+func (n *Name) MarshalText() ([]byte, error) { return []byte(n.s), nil }
+
+type Holder struct{ In R }
+
+//lease:lock a:{r} deadline=1s
+func viaIface(ctx context.Context, r R) error { return nil }
+
+//lease:lock b:{u} deadline=1s
+func viaPtr(ctx context.Context, u *U) error { return nil }
+
+//lease:lock c:{n} deadline=1s
+func viaMarshal(ctx context.Context, n N) error { return nil }
+
+//lease:lock d:{h.In} deadline=1s
+func viaField(ctx context.Context, h Holder) error { return nil }
+`,
+		"main/main.go": `package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+
+	"example.com/golden/p"
+	"github.com/leasegen/leasegen/runtime/lease"
+)
+
+func try(name string, f func() error) (ok bool) {
+	defer func() {
+		if r := recover(); r != nil {
+			fmt.Printf("%s: panic: %v\n", name, r)
+			ok = false
+		}
+	}()
+	if err := f(); !errors.Is(err, lease.ErrBadKey) {
+		fmt.Printf("%s: %v, want an error wrapping lease.ErrBadKey\n", name, err)
+		return false
+	}
+	return true
+}
+
+func main() {
+	ctx := context.Background()
+	ok := try("ViaIface(R{})", func() error { return p.ViaIface(ctx, nil, p.R{}) })
+	ok = try("ViaPtr(&U{})", func() error { return p.ViaPtr(ctx, nil, &p.U{}) }) && ok
+	ok = try("ViaPtr(nil)", func() error { return p.ViaPtr(ctx, nil, nil) }) && ok
+	ok = try("ViaMarshal(N{})", func() error { return p.ViaMarshal(ctx, nil, p.N{}) }) && ok
+	ok = try("ViaField(Holder{})", func() error { return p.ViaField(ctx, nil, p.Holder{}) }) && ok
+	// Set values pass the checks and reach the (nil) Client.
+	err := p.ViaPtr(ctx, nil, &p.U{URL: &url.URL{Host: "h"}})
+	if err == nil || errors.Is(err, lease.ErrBadKey) {
+		fmt.Printf("ViaPtr(&U{URL: set}): %v, want past the key\n", err)
+		ok = false
+	}
+	if !ok {
+		os.Exit(1)
+	}
+}
+`,
+	})
+	if errs := adv46Generate(t, filepath.Join(mod, "p")); errs != nil {
+		t.Fatalf("generate: %s", strings.Join(errs, "\n"))
+	}
+	cmd := exec.Command("go", "run", "./main")
+	cmd.Dir, cmd.Env = mod, gentest.GoEnv()
+	if out, err := cmd.CombinedOutput(); err != nil {
+		gen, _ := os.ReadFile(filepath.Join(mod, "p", "lease_gen.go"))
+		t.Fatalf("a nil embedded value a key part's method is promoted through: %v\n%s\n--- lease_gen.go\n%s", err, out, gen)
+	}
+}
