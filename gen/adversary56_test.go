@@ -111,3 +111,25 @@ func main() {
 		t.Fatalf("a nil embedded value a key part's method is promoted through: %v\n%s\n--- lease_gen.go\n%s", err, out, gen)
 	}
 }
+
+// A static key that reads as an option ("region=eu", "fence") is written
+// quoted, and generates a wrapper that builds; unquoted it was refused
+// even so ("needs a key first"), as the check read the unquoted value.
+func TestAdversary56_QuotedKeyThatReadsAsAnOption(t *testing.T) {
+	mod := adv46Module(t)
+	adv46Write(t, mod, map[string]string{
+		"p/p.go": "package p\n\nimport \"context\"\n\n" +
+			"//lease:lock \"region=eu\" deadline=1s\nfunc a(ctx context.Context) error { return nil }\n\n" +
+			"//lease:lock `fence` deadline=1s fence\nfunc b(ctx context.Context) error { return nil }\n",
+	})
+	adv46GenerateBuilds(t, mod, "p")
+	gen, err := os.ReadFile(filepath.Join(mod, "p", "lease_gen.go"))
+	if err != nil {
+		t.Fatalf("no wrapper generated: %v", err)
+	}
+	for _, key := range []string{`"region=eu"`, `"fence"`} {
+		if !strings.Contains(string(gen), key) {
+			t.Errorf("lease_gen.go does not use the key %s:\n%s", key, gen)
+		}
+	}
+}

@@ -168,15 +168,25 @@ func Parse(pos token.Pos, text string) (*Directive, []Error) {
 	d := &Directive{Name: dir.Name, Slash: pos}
 	var errs []Error
 	if dir.Name == Lock || dir.Name == Leader {
-		if len(args) == 0 || looksLikeOption(args[0].Arg) {
+		// A quoted first argument is the key whatever it reads as
+		// ("region=eu", "fence").
+		quoted := false
+		if len(args) > 0 {
+			if off := int(args[0].Pos - pos); off >= 0 && off < len(text) {
+				quoted = text[off] == '"' || text[off] == '`'
+			}
+		}
+		if len(args) == 0 || !quoted && looksLikeOption(args[0].Arg) {
 			at := dir.End()
+			hint := ""
 			if len(args) > 0 {
 				at = args[0].Pos
+				hint = fmt.Sprintf(" (if %s is the key, quote it: %q)", args[0].Arg, args[0].Arg)
 			}
 			if dir.Name == Leader {
-				return nil, []Error{errorf(at, "//lease:leader needs a key first, as in //lease:leader jobs:settle ttl=10s")}
+				return nil, []Error{errorf(at, "//lease:leader needs a key first, as in //lease:leader jobs:settle ttl=10s%s", hint)}
 			}
-			return nil, []Error{errorf(at, "//lease:lock needs a key first, as in //lease:lock orders:{orderID} deadline=1m")}
+			return nil, []Error{errorf(at, "//lease:lock needs a key first, as in //lease:lock orders:{orderID} deadline=1m%s", hint)}
 		}
 		d.Key, d.KeyPos = args[0].Arg, args[0].Pos
 		if strings.Count(d.Key, "{") > strings.Count(d.Key, "}") && slices.ContainsFunc(args[1:], func(a ast.DirectiveArg) bool { return strings.Contains(a.Arg, "}") }) {
