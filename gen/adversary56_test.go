@@ -133,3 +133,47 @@ func TestAdversary56_QuotedKeyThatReadsAsAnOption(t *testing.T) {
 		}
 	}
 }
+
+// A decorator's names (NewLeased<Iface>, leased<Iface>) come from its
+// interface, and name= does not apply to interface methods: a clash says
+// to rename the interface or the other declaration, not "choose another
+// with name=", and names a clash with another decorator as one.
+func TestAdversary56_DecoratorNameClashNamesItsFix(t *testing.T) {
+	mod := adv46Module(t)
+	adv46Write(t, mod, map[string]string{
+		"a/p.go": `package a
+
+import "context"
+
+type Store interface {
+	//lease:lock a:{id} deadline=1s
+	Save(ctx context.Context, id string) error
+}
+
+type leasedStore struct{}
+`,
+		"b/p.go": `package b
+
+import "context"
+
+type Store interface {
+	//lease:lock a:{id} deadline=1s
+	Save(ctx context.Context, id string) error
+}
+
+type store interface {
+	//lease:lock b:{id} deadline=1s
+	Save(ctx context.Context, id string) error
+}
+`,
+	})
+	for pkg, want := range map[string]string{
+		"a": "p.go:5:6: lease: wrapper name leasedStore is already declared at p.go:10:6; rename the interface Store (its decorator is named after it) or the other declaration",
+		"b": "is also generated for the decorator of interface Store at p.go:5:6; rename the interface store (its decorator is named after it) or the other declaration",
+	} {
+		errs := adv46Generate(t, filepath.Join(mod, pkg))
+		if got := strings.Join(errs, "\n"); !strings.Contains(got, want) {
+			t.Errorf("%s: got\n%s\nwant an error containing\n%s", pkg, got, want)
+		}
+	}
+}

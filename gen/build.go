@@ -26,6 +26,7 @@ type pkgGen struct {
 	consumed    map[*ast.Comment]bool
 	pos         map[*templates.Wrapper]token.Pos
 	names       map[string]token.Pos // wrapper names declared by this run, per scope
+	decorators  map[token.Pos]string // of names, those declared for a decorator: its interface
 	generated   map[string]bool      // files written by leasegen (skipped)
 	imports     map[string]string    // the generated file's import names: path -> name
 	importPaths map[string]string    // and back: name -> path
@@ -177,7 +178,7 @@ func (g *pkgGen) find(cg *ast.CommentGroup) []*directive.Directive {
 func (g *pkgGen) build() *templates.File {
 	g.consumed = map[*ast.Comment]bool{}
 	g.pos = map[*templates.Wrapper]token.Pos{}
-	g.names = map[string]token.Pos{}
+	g.names, g.decorators = map[string]token.Pos{}, nil
 	g.imports, g.importPaths = map[string]string{}, map[string]string{}
 	for _, path := range fixedImports {
 		g.importName(path, path[strings.LastIndex(path, "/")+1:])
@@ -368,7 +369,7 @@ func (g *pkgGen) funcWrapper(fd *ast.FuncDecl, raw *directive.Directive) *templa
 	if d.WrapperName.Set() {
 		namePos = d.WrapperName.Pos
 	}
-	if !g.declare(namePos, w.Name, recvNamed) {
+	if !g.declare(namePos, w.Name, recvNamed, "") {
 		return nil
 	}
 

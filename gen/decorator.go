@@ -139,7 +139,7 @@ func (g *pkgGen) decorator(ts *ast.TypeSpec, it *ast.InterfaceType) *templates.D
 		dec.Recv = "x" + strconv.Itoa(k)
 	}
 	for _, name := range []string{dec.Ctor, dec.Struct} {
-		if !g.declare(ts.Name.Pos(), name, nil) {
+		if !g.declare(ts.Name.Pos(), name, nil, ts.Name.Name) {
 			return nil
 		}
 	}

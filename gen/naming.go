@@ -80,18 +80,39 @@ func (g *pkgGen) members(recv *types.Named) map[string]types.Object {
 
 // declare records a wrapper name and reports a clash with an existing
 // declaration in its scope (the package, or the receiver's method set).
-func (g *pkgGen) declare(pos token.Pos, name string, recv *types.Named) bool {
+// iface names the interface whose decorator the name is for ("" for a
+// directive's wrapper): its names come from the interface, as name= does
+// not apply to interface methods, so a clash says to rename one side.
+func (g *pkgGen) declare(pos token.Pos, name string, recv *types.Named, iface string) bool {
+	if iface != "" {
+		ok := g.declareAs(pos, name, recv, fmt.Sprintf("rename the interface %s (its decorator is named after it) or the other declaration", iface))
+		if ok {
+			if g.decorators == nil {
+				g.decorators = map[token.Pos]string{}
+			}
+			g.decorators[pos] = iface
+		}
+		return ok
+	}
+	return g.declareAs(pos, name, recv, "choose another with name=")
+}
+
+// declareAs is declare, with fix the advice its errors end with.
+func (g *pkgGen) declareAs(pos token.Pos, name string, recv *types.Named, fix string) bool {
+	errorf := func(format string, args ...any) {
+		g.errorf(pos, "%s", strings.Replace(fmt.Sprintf(format, args...), "choose another with name=", fix, 1))
+	}
 	// Names Go reserves at package level, which the package scope does
 	// not list (TestAdversary46_ReservedWrapperNames).
 	if recv == nil && (name == "init" || name == "main" && g.pkg.Types.Name() == "main") {
-		g.errorf(pos, "wrapper name %s is reserved at package level (func %s takes no parameters and returns nothing); choose another with name=", name, name)
+		errorf("wrapper name %s is reserved at package level (func %s takes no parameters and returns nothing); choose another with name=", name, name)
 		return false
 	}
 	if recv == nil && types.Universe.Lookup(name) != nil {
 		// A package-level declaration shadows the predeclared name in
 		// every file of the package, the output's own uses and the
 		// package's included (TestAdversary50_WrapperNamedPredeclared).
-		g.errorf(pos, "wrapper name %s is predeclared in Go: declared at package level it would shadow the predeclared %s in the whole package; choose another with name=", name, name)
+		errorf("wrapper name %s is predeclared in Go: declared at package level it would shadow the predeclared %s in the whole package; choose another with name=", name, name)
 		return false
 	}
 	scopeKey := name
@@ -106,11 +127,11 @@ func (g *pkgGen) declare(pos token.Pos, name string, recv *types.Named) bool {
 		existing = nil // our own earlier output (when checked without -tags leasegen)
 	}
 	if existing != nil {
-		g.errorf(pos, "wrapper name %s is already declared at %s; choose another with name=", name, g.errs.where(existing.Pos()))
+		errorf("wrapper name %s is already declared at %s; choose another with name=", name, g.errs.where(existing.Pos()))
 		return false
 	}
 	if msg := g.testClash(name, recv); msg != "" {
-		g.errorf(pos, "%s", msg)
+		errorf("%s", msg)
 		return false
 	}
 	if recv == nil {
@@ -118,22 +139,26 @@ func (g *pkgGen) declare(pos token.Pos, name string, recv *types.Named) bool {
 		// the package, the generated one included (go build: "already
 		// declared through import of package").
 		if path, ok := g.importPaths[name]; ok {
-			g.errorf(pos, "wrapper name %s is the name the generated file imports package %s under; choose another with name=", name, path)
+			errorf("wrapper name %s is the name the generated file imports package %s under; choose another with name=", name, path)
 			return false
 		}
 		if pn := g.fileImport(name); pn != nil {
 			file := ShortPath(g.errs.dir, g.fset.Position(pn.Pos()).Filename)
-			g.errorf(pos, "wrapper name %s is the name %s imports package %s under (%s); choose another with name=", name, file, pn.Imported().Path(), g.errs.where(pn.Pos()))
+			errorf("wrapper name %s is the name %s imports package %s under (%s); choose another with name=", name, file, pn.Imported().Path(), g.errs.where(pn.Pos()))
 			return false
 		}
 		if spec, path := g.dotImport(name); spec != nil {
 			file := ShortPath(g.errs.dir, g.fset.Position(spec.Pos()).Filename)
-			g.errorf(pos, "wrapper name %s is a name %s dot-imports from package %s (%s); choose another with name=", name, file, path, g.errs.where(spec.Pos()))
+			errorf("wrapper name %s is a name %s dot-imports from package %s (%s); choose another with name=", name, file, path, g.errs.where(spec.Pos()))
 			return false
 		}
 	}
 	if prev, ok := g.names[scopeKey]; ok {
-		g.errorf(pos, "wrapper name %s is also generated for the directive at %s; choose another with name=", name, g.errs.where(prev))
+		for_ := "the directive"
+		if iface, ok := g.decorators[prev]; ok {
+			for_ = "the decorator of interface " + iface
+		}
+		errorf("wrapper name %s is also generated for %s at %s; choose another with name=", name, for_, g.errs.where(prev))
 		return false
 	}
 	g.names[scopeKey] = pos
