@@ -177,3 +177,28 @@ type store interface {
 		}
 	}
 }
+
+// identity= a package-level constant: its value is known at generate time,
+// so a name the runtime refuses (over 200 bytes) is refused there, with
+// the runtime's reason (runtime/lease Spec.Check: "a directive that the
+// runtime would refuse is refused there too"); every campaign of the
+// wrapper failed at run time before.
+func TestAdversary56_ConstIdentityTheRuntimeRefuses(t *testing.T) {
+	mod := adv46Module(t)
+	adv46Write(t, mod, map[string]string{
+		"p/p.go": `package p
+
+import "context"
+
+const node = "` + strings.Repeat("n", 201) + `"
+
+//lease:leader jobs:settle ttl=3s identity=node
+func settle(ctx context.Context) error { return nil }
+`,
+	})
+	errs := adv46Generate(t, filepath.Join(mod, "p"))
+	want := "p.go:7:35: lease: identity=node: the runtime would refuse this candidate: LeadSpec.Owner is 201 bytes long, at most 200 are stored"
+	if got := strings.Join(errs, "\n"); !strings.Contains(got, want) {
+		t.Errorf("got\n%s\nwant an error containing\n%s", got, want)
+	}
+}

@@ -2,10 +2,13 @@ package gen
 
 import (
 	"fmt"
+	"go/constant"
 	"go/token"
 	"go/types"
+	"strings"
 
 	"github.com/leasegen/leasegen/gen/directive"
+	"github.com/leasegen/leasegen/runtime/lease"
 	"github.com/leasegen/leasegen/templates"
 )
 
@@ -103,6 +106,14 @@ func (g *pkgGen) identity(d *directive.Directive, sig *types.Signature, recv *ty
 	}
 	if obj := scope.Lookup(name); obj != nil {
 		if ok, conv := pkgLevel(obj); ok {
+			if c, isC := obj.(*types.Const); isC && c.Val().Kind() == constant.String {
+				// A constant's value is known now: what the runtime
+				// would refuse (a name too long to store) is refused here.
+				if err := (lease.LeadSpec{Owner: constant.StringVal(c.Val())}).Check(); err != nil {
+					g.errorf(d.Identity.Pos, "identity=%s: the runtime would refuse this candidate: %s", name, strings.TrimPrefix(err.Error(), "lease: "))
+					return identitySource{}, false
+				}
+			}
 			n.reserve(name)
 			return identitySource{pkg: name, conv: conv}, true
 		}
