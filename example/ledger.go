@@ -66,7 +66,11 @@ func newPGLedger(ctx context.Context, url, table string) (*pgLedger, error) {
 // conditional write would overwrite such an accepted stale write with a
 // sum from before it (TestPGLedgerLosesNoUpdateToAStaleWriter).
 func (l *pgLedger) Add(ctx context.Context, s fence.Stamp, key string, delta int64) (err error) {
-	tx, err := l.db.BeginTx(ctx, nil)
+	// READ COMMITTED whatever the server's default: a write that waited
+	// for the row's lock then sees the stamp written here (fence.ErrStale),
+	// where REPEATABLE READ and SERIALIZABLE fail it with a serialization
+	// error instead.
+	tx, err := l.db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
 	if err != nil {
 		return err
 	}

@@ -16,12 +16,31 @@ import (
 // holder's read of a balance and its write: the ledger must then either
 // refuse the stale write or count it in the new holder's sum. A read and
 // a separate conditional write lost it: the stale delta was accepted
-// (nil) and then overwritten by the new holder's sum from before it.
+// (nil) and then overwritten by the new holder's sum from before it. So
+// also where the server's default isolation is stricter (a setting of the
+// database, the role or the DSN): REPEATABLE READ or SERIALIZABLE failed
+// racing Adds with a serialization error instead (adversary round 57).
 func TestPGLedgerLosesNoUpdateToAStaleWriter(t *testing.T) {
-	url := os.Getenv("LEASETEST_POSTGRES_URL")
-	if url == "" {
-		url = "postgres://postgres:postgres@127.0.0.1:5432/test?sslmode=disable"
+	base := os.Getenv("LEASETEST_POSTGRES_URL")
+	if base == "" {
+		base = "postgres://postgres:postgres@127.0.0.1:5432/test?sslmode=disable"
 	}
+	for _, isolation := range []string{"", "repeatable%20read", "serializable"} {
+		name := "default isolation " + isolation
+		if isolation == "" {
+			name = "the server's default isolation"
+		}
+		t.Run(name, func(t *testing.T) {
+			url := base
+			if isolation != "" {
+				url += "&default_transaction_isolation=" + isolation
+			}
+			pgLedgerStaleWriterRace(t, url)
+		})
+	}
+}
+
+func pgLedgerStaleWriterRace(t *testing.T, url string) {
 	ctx := context.Background()
 	table := fmt.Sprintf("ledger_stale_%d", time.Now().UnixNano())
 	l, err := newPGLedger(ctx, url, table)
