@@ -269,10 +269,15 @@ func nilable(t types.Type) bool {
 
 // embeddedNilChecks nil-checks the embedded fields (index, from t) that a
 // promoted method is reached through, and returns the expression of the
-// last one when a check was needed (expr otherwise).
+// last one when a check was needed (expr otherwise). A field is written
+// as this package can select it: by its own name from the expression so
+// far, promoted through the embedded fields this package cannot name (an
+// unexported embedded struct of another package); one that needs a check
+// and cannot be selected so is an error.
 func (g *pkgGen) embeddedNilChecks(p directive.Part, t types.Type, index []int, expr, text, method string, nilCheck func(expr, text string) string) (string, bool) {
-	e, tx := expr, text
-	checked, reachable := false, true
+	e, tx, full := expr, text, text
+	et := t // the type of e
+	checked := false
 	for _, i := range index {
 		if ptr, ok := t.Underlying().(*types.Pointer); ok {
 			t = ptr.Elem()
@@ -282,13 +287,15 @@ func (g *pkgGen) embeddedNilChecks(p directive.Part, t types.Type, index []int, 
 			return expr, true // not reached through fields
 		}
 		f := st.Field(i)
-		reachable = reachable && (f.Exported() || f.Pkg() == g.pkg.Types)
-		e, tx, t = e+"."+f.Name(), tx+"."+f.Name(), f.Type()
+		t, full = f.Type(), full+"."+f.Name()
+		obj, _, _ := types.LookupFieldOrMethod(et, false, g.pkg.Types, f.Name())
+		if v, isVar := obj.(*types.Var); isVar && v.Origin() == f.Origin() {
+			e, tx, et = e+"."+f.Name(), tx+"."+f.Name(), f.Type()
+		} else if nilable(t) {
+			g.errorf(p.Pos, "key part %s: %s is promoted through the embedded %s, which this package cannot check for nil; call a method declared on the type itself", p.Src, method, full)
+			return expr, false
+		}
 		if nilable(t) {
-			if !reachable {
-				g.errorf(p.Pos, "key part %s: %s is promoted through the embedded %s, which this package cannot check for nil; call a method declared on the type itself", p.Src, method, tx)
-				return expr, false
-			}
 			e, checked = nilCheck(e, tx), true
 		}
 	}
