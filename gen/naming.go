@@ -84,21 +84,24 @@ func (g *pkgGen) members(recv *types.Named) map[string]types.Object {
 // directive's wrapper): its names come from the interface, as name= does
 // not apply to interface methods, so a clash says to rename one side.
 func (g *pkgGen) declare(pos token.Pos, name string, recv *types.Named, iface string) bool {
-	if iface != "" {
-		ok := g.declareAs(pos, name, recv, fmt.Sprintf("rename the interface %s (its decorator is named after it) or the other declaration", iface))
-		if ok {
-			if g.decorators == nil {
-				g.decorators = map[token.Pos]string{}
-			}
-			g.decorators[pos] = iface
-		}
-		return ok
+	if !g.declareAs(pos, name, recv, iface) {
+		return false
 	}
-	return g.declareAs(pos, name, recv, "choose another with name=")
+	if iface != "" {
+		if g.decorators == nil {
+			g.decorators = map[token.Pos]string{}
+		}
+		g.decorators[pos] = iface
+	}
+	return true
 }
 
-// declareAs is declare, with fix the advice its errors end with.
-func (g *pkgGen) declareAs(pos token.Pos, name string, recv *types.Named, fix string) bool {
+// declareAs is declare without the record of decorators.
+func (g *pkgGen) declareAs(pos token.Pos, name string, recv *types.Named, iface string) bool {
+	fix := "choose another with name="
+	if iface != "" {
+		fix = fmt.Sprintf("rename the interface %s (its decorator is named after it) or the other declaration", iface)
+	}
 	errorf := func(format string, args ...any) {
 		g.errorf(pos, "%s", strings.Replace(fmt.Sprintf(format, args...), "choose another with name=", fix, 1))
 	}
@@ -154,11 +157,17 @@ func (g *pkgGen) declareAs(pos token.Pos, name string, recv *types.Named, fix st
 		}
 	}
 	if prev, ok := g.names[scopeKey]; ok {
-		for_ := "the directive"
-		if iface, ok := g.decorators[prev]; ok {
-			for_ = "the decorator of interface " + iface
+		prevIface, prevDec := g.decorators[prev]
+		switch {
+		case prevDec:
+			errorf("wrapper name %s is also generated for the decorator of interface %s at %s; choose another with name=", name, prevIface, g.errs.where(prev))
+		case iface != "":
+			// The other is a directive's wrapper: name= there, or the
+			// interface renamed.
+			g.errorf(pos, "wrapper name %s is also generated for the directive at %s; choose another for it with name=, or rename the interface %s (its decorator is named after it)", name, g.errs.where(prev), iface)
+		default:
+			errorf("wrapper name %s is also generated for the directive at %s; choose another with name=", name, g.errs.where(prev))
 		}
-		errorf("wrapper name %s is also generated for %s at %s; choose another with name=", name, for_, g.errs.where(prev))
 		return false
 	}
 	g.names[scopeKey] = pos
