@@ -265,12 +265,17 @@ func (c *Call) Observe(e lease.Event, now time.Time) Change {
 				c.endAcquire(&ch, Classify(e.Err), now.Sub(c.start))
 			}
 		}
+		if c.acquired && !e.Entered && !e.Reentered {
+			// Granted, then not entered (the Client closed first): fn did
+			// not run under the lease; the call's outcome is its error's.
+			c.acquired, c.acquire = false, Classify(e.Err)
+		}
 		if c.holding { // no release event: the release found the key not ours
 			c.holding = false
 			c.held = now.Sub(c.entered)
 			ch.Left = true
 		}
-		ch.Outcome = c.outcome(e.Err, ch.Reentered)
+		ch.Outcome = c.outcome(e, ch.Reentered)
 		ch.Held, ch.HeldValid = c.held, c.acquired
 		ch.LostUnseen = ch.Outcome == Lost && !c.lost
 	}
@@ -289,16 +294,20 @@ func (c *Call) endAcquire(ch *Change, o Outcome, took time.Duration) {
 	}
 }
 
-// outcome is the call's outcome once Do returned err. A loss is read from
-// err, not from EventLost: EventDone's Err says whether the loss touched
-// the call (one lost after fn returned in time, while its lease was being
-// kept, or before fn was entered, did not), and EventLost may come after
-// EventDone. A granted call is otherwise Granted whatever fn returned
-// (even an error wrapping ErrBusy from a nested call on another key): the
-// outcome describes the lease.
-func (c *Call) outcome(err error, reentered bool) Outcome {
+// outcome is the call's outcome once Do returned (its EventDone e). A
+// loss is read from e.Lost, not from EventLost (which may come after
+// EventDone) nor from an ErrLost in Err: e.Lost says the loss touched the
+// call's own lease while fn ran (one lost after fn returned in time,
+// while its lease was being kept, or before fn was entered, did not),
+// where Err may wrap ErrLost from a nested call on another key that fn
+// returned. A call not granted keeps its acquire's outcome (a call that
+// never started because its caller's lease was lost is Lost by its
+// error). A granted call is otherwise Granted whatever fn returned (even
+// an error wrapping ErrBusy or ErrLost from a nested call on another
+// key): the outcome describes the lease.
+func (c *Call) outcome(e lease.Event, reentered bool) Outcome {
 	switch {
-	case errors.Is(err, lease.ErrLost):
+	case e.Lost:
 		return Lost
 	case c.deadline:
 		return Deadline
@@ -309,5 +318,5 @@ func (c *Call) outcome(err error, reentered bool) Outcome {
 	case c.acqEnded:
 		return c.acquire
 	}
-	return Classify(err)
+	return Classify(e.Err)
 }

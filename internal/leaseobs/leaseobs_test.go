@@ -15,7 +15,13 @@ import (
 // cases down without timing.
 // reentered is the EventDone of a nested call that reused its caller's lease.
 func reentered(err error) lease.Event {
-	return lease.Event{Kind: lease.EventDone, Reentered: true, Err: err}
+	return lease.Event{Kind: lease.EventDone, Reentered: true, Entered: true, Lost: errors.Is(err, lease.ErrLost), Err: err}
+}
+
+// entered is the EventDone of a call whose function ran; lost: its own
+// lease was lost meanwhile.
+func entered(err error, lost bool) lease.Event {
+	return lease.Event{Kind: lease.EventDone, Entered: true, Lost: lost, Err: err}
 }
 
 func TestCallSequences(t *testing.T) {
@@ -28,9 +34,13 @@ func TestCallSequences(t *testing.T) {
 		acq    Outcome // the acquire's outcome; NumOutcomes: none
 		held   bool
 	}{
-		{"granted", []lease.Event{ev(lease.EventAcquired, nil), ev(lease.EventReleased, nil), ev(lease.EventDone, nil)}, Granted, Granted, true},
+		{"granted", []lease.Event{ev(lease.EventAcquired, nil), ev(lease.EventReleased, nil), entered(nil, false)}, Granted, Granted, true},
 		{"fn error under a good lease", []lease.Event{ev(lease.EventAcquired, nil), ev(lease.EventReleased, nil),
-			ev(lease.EventDone, fmt.Errorf("inner: %w", lease.ErrBusy))}, Granted, Granted, true},
+			entered(fmt.Errorf("inner: %w", lease.ErrBusy), false)}, Granted, Granted, true},
+		{"fn returned a nested call's loss on another key", []lease.Event{ev(lease.EventAcquired, nil), ev(lease.EventReleased, nil),
+			entered(fmt.Errorf("inner: %w", lost), false)}, Granted, Granted, true},
+		{"granted, the Client closed before entry", []lease.Event{ev(lease.EventAcquired, nil),
+			ev(lease.EventDone, fmt.Errorf("%w: closed before the function was entered", lease.ErrClosed))}, Error, Granted, false},
 		{"busy", []lease.Event{ev(lease.EventBusy, nil), ev(lease.EventDone, lease.ErrBusy)}, Busy, Busy, false},
 		{"skipped", []lease.Event{ev(lease.EventBusy, nil), ev(lease.EventSkipped, lease.ErrBusy), ev(lease.EventDone, nil)}, Skipped, Busy, false},
 		{"unknown, release unconfirmed", []lease.Event{ev(lease.EventAcquireUnknown, lease.ErrUnknown),
@@ -41,13 +51,13 @@ func TestCallSequences(t *testing.T) {
 		{"low validity", []lease.Event{ev(lease.EventLowValidity, lease.ErrLowValidity), ev(lease.EventReleased, nil),
 			ev(lease.EventDone, lease.ErrLowValidity)}, LowValidity, LowValidity, false},
 		{"lost", []lease.Event{ev(lease.EventAcquired, nil), ev(lease.EventRenewFailed, lost), ev(lease.EventLost, lost),
-			ev(lease.EventReleased, nil), ev(lease.EventDone, lost)}, Lost, Granted, true},
+			ev(lease.EventReleased, nil), entered(lost, true)}, Lost, Granted, true},
 		{"lost, reported after Done", []lease.Event{ev(lease.EventAcquired, nil), ev(lease.EventReleased, nil),
-			ev(lease.EventDone, lost), ev(lease.EventRenewFailed, lost), ev(lease.EventLost, lost)}, Lost, Granted, true},
+			entered(lost, true), ev(lease.EventRenewFailed, lost), ev(lease.EventLost, lost)}, Lost, Granted, true},
 		{"lost and deadline: lost wins, as in Do", []lease.Event{ev(lease.EventAcquired, nil), ev(lease.EventLost, lost),
-			ev(lease.EventDeadlineExceeded, nil), ev(lease.EventDone, lost)}, Lost, Granted, true},
+			ev(lease.EventDeadlineExceeded, nil), entered(lost, true)}, Lost, Granted, true},
 		{"deadline", []lease.Event{ev(lease.EventAcquired, nil), ev(lease.EventDeadlineExceeded, nil), ev(lease.EventReleased, nil),
-			ev(lease.EventDone, lease.ErrDeadline)}, Deadline, Granted, true},
+			entered(lease.ErrDeadline, false)}, Deadline, Granted, true},
 		{"waiting ended by the caller's context", []lease.Event{ev(lease.EventWaiting, nil),
 			ev(lease.EventDone, context.Canceled)}, Error, Error, false},
 		{"reentered", []lease.Event{reentered(nil)}, Granted, NumOutcomes, false},

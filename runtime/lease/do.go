@@ -67,13 +67,13 @@ func (c *Client) Do(ctx context.Context, key string, spec Spec, fn func(ctx cont
 	defer func() {
 		if !done {
 			a.settle()
-			a.observe(Event{Kind: EventDone, Reentered: reentered, Err: errPanicked})
+			a.observe(Event{Kind: EventDone, Reentered: reentered, Entered: !a.entered.IsZero(), Lost: a.lostOwn, Err: errPanicked})
 		}
 	}()
 	finish := func(err error) error {
 		done = true
 		a.settle()
-		a.observe(Event{Kind: EventDone, Reentered: reentered, Err: err})
+		a.observe(Event{Kind: EventDone, Reentered: reentered, Entered: !a.entered.IsZero(), Lost: a.lostOwn, Err: err})
 		return err
 	}
 	if r := c.held(ctx, key); r != nil && r.reusable() {
@@ -151,6 +151,7 @@ type call struct {
 	idValue string          // id + ":0": the lock's value for an unfenced grant
 	sent    time.Time       // when the granting acquire was sent
 	entered time.Time       // when fn was entered (zero if it was not)
+	lostOwn bool            // the call returns its own lease's loss (EventDone's Lost)
 	inFn    atomic.Bool     // fn is running (nested calls may reuse the lease)
 	lctx    context.Context // fn's context without the lease value (see reenter)
 
@@ -511,6 +512,7 @@ func (a *call) reenter(ctx context.Context, r *leaseRef, fn func(context.Context
 	}
 
 	a.settle()
+	a.entered = time.Now()
 	err := fn(fctx)
 	returned := time.Now()
 	a.unsettle()
@@ -528,6 +530,7 @@ func (a *call) reenter(ctx context.Context, r *leaseRef, fn func(context.Context
 		if !lost {
 			cause = fmt.Errorf("%w (key %q)", errEnded, a.key)
 		}
+		a.lostOwn = true
 		if deadlineHit {
 			// The nested budget ran out, then the lease, while fn went on.
 			a.observe(Event{Kind: EventDeadlineExceeded})

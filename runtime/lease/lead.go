@@ -231,7 +231,7 @@ func (c *Client) term(ctx context.Context, key string, spec LeadSpec, owner stri
 	defer func() {
 		a.settle()
 		if !done {
-			a.observe(Event{Kind: EventDone, Err: errPanicked})
+			a.observe(Event{Kind: EventDone, Entered: !a.entered.IsZero(), Lost: a.lostOwn, Err: errPanicked})
 		}
 		if after != nil && !a.entered.IsZero() {
 			after()
@@ -243,7 +243,7 @@ func (c *Client) term(ctx context.Context, key string, spec LeadSpec, owner stri
 	}
 	done = true
 	a.settle()
-	a.observe(Event{Kind: EventDone, Err: err})
+	a.observe(Event{Kind: EventDone, Entered: !a.entered.IsZero(), Lost: a.lostOwn, Err: err})
 	return !a.entered.IsZero(), err
 }
 

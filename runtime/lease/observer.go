@@ -88,6 +88,17 @@ type Event struct {
 	// Kept is set on EventAcquired when the call took a lease the Client
 	// kept from an earlier call (Spec.Keep): no round trip, same token.
 	Kept bool
+	// Entered is set on EventDone when the call's function ran (under a
+	// grant, or Reentered under its caller's lease). A call granted a
+	// lease and not entered (EventLowValidity, or the Client closed
+	// first: Err wraps ErrClosed) ends without it.
+	Entered bool
+	// Lost is set on EventDone when the call's own lease was lost while
+	// its function ran (or, Reentered, its caller's lease, or the caller
+	// returned): Err wraps ErrLost for it. An ErrLost in Err without Lost
+	// is the function's own error (a nested call on another key that it
+	// returned, wrapped or not): this call's lease held.
+	Lost bool
 	Err  error // the uncertain or failing outcome, when there is one
 }
 

@@ -134,9 +134,9 @@ func (a *call) run(ctx context.Context, l *Lease, fn func(context.Context) error
 			// Both: the budget ran out (no renewal after it), then the
 			// lease, while fn went on.
 			a.observe(Event{Kind: EventDeadlineExceeded})
-			err = lostAfterDeadline(a, lostErr(l.Err(), err))
+			err, a.lostOwn = lostAfterDeadline(a, lostErr(l.Err(), err)), true
 		case lost:
-			err = lostErr(l.Err(), err)
+			err, a.lostOwn = lostErr(l.Err(), err), true
 		case deadlineHit:
 			a.observe(Event{Kind: EventDeadlineExceeded})
 			err = deadlineErr(a, err)
