@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -361,10 +362,11 @@ func printInfo(w io.Writer, info lease.Info) {
 // shown is a key (or a holder or owner read from Redis) as the text
 // output shows it: quoted when it holds a character that is not printable
 // (a newline or a tab would break the one line per lease, and could
-// forge another lease's line), is not UTF-8, or begins with a quote (so
-// that no key looks like another's quoted form).
+// forge another lease's line), is not UTF-8, begins or ends with a space
+// ("orders:42 " would read as orders:42), or begins with a quote (so that
+// no key looks like another's quoted form).
 func shown(s string) string {
-	if strings.HasPrefix(s, `"`) || !utf8.ValidString(s) || strings.IndexFunc(s, func(r rune) bool { return !unicode.IsPrint(r) }) >= 0 {
+	if strings.HasPrefix(s, `"`) || strings.TrimSpace(s) != s || !utf8.ValidString(s) || strings.IndexFunc(s, func(r rune) bool { return !unicode.IsPrint(r) }) >= 0 {
 		return strconv.Quote(s)
 	}
 	return s
@@ -380,7 +382,11 @@ func ttl(d time.Duration) string {
 
 // leaseJSON is a lease in -json output. Durations are in milliseconds.
 type leaseJSON struct {
-	Key       string       `json:"key"`
+	Key string `json:"key"`
+	// KeyBase64 is the key's bytes (standard base64) when the key is not
+	// UTF-8: a JSON string cannot carry them, and "key" then shows each
+	// invalid byte as U+FFFD, so that two such keys may read alike there.
+	KeyBase64 string       `json:"key_base64,omitempty"`
 	Holder    string       `json:"holder,omitempty"`
 	Owner     string       `json:"owner,omitempty"` // none stored by plain leases yet
 	Token     uint64       `json:"token"`
@@ -409,6 +415,9 @@ type changeJSON struct {
 func infoJSON(i lease.Info) leaseJSON {
 	j := leaseJSON{Key: i.Key, Holder: i.Holder, Owner: i.Owner, Token: uint64(i.Token), TTLms: i.TTL.Milliseconds(),
 		Hold: i.Hold, LastToken: uint64(i.LastToken), Queued: i.Queued, Waiters: []waiterJSON{}}
+	if !utf8.ValidString(i.Key) {
+		j.KeyBase64 = base64.StdEncoding.EncodeToString([]byte(i.Key))
+	}
 	if i.TTL < 0 {
 		j.TTLms = -1
 	}
