@@ -302,16 +302,18 @@ func (c *Call) endAcquire(ch *Change, o Outcome, took time.Duration) {
 // where Err may wrap ErrLost from a nested call on another key that fn
 // returned. A call not granted keeps its acquire's outcome (a call that
 // never started because its caller's lease was lost is Lost by its
-// error). A granted call is otherwise Granted whatever fn returned (even
-// an error wrapping ErrBusy or ErrLost from a nested call on another
-// key): the outcome describes the lease.
+// error). A granted call, or a reentered one whose fn ran, is otherwise
+// Granted whatever fn returned (even an error wrapping ErrBusy or ErrLost
+// from a nested call on another key): the outcome describes the lease.
 func (c *Call) outcome(e lease.Event, reentered bool) Outcome {
 	switch {
 	case e.Lost:
 		return Lost
 	case c.deadline:
 		return Deadline
-	case c.acquired, reentered:
+	case c.acquired, reentered && e.Entered:
+		// (A reentered call not entered, refused before its function or
+		// with no time left for it, has its error's outcome.)
 		return Granted
 	case c.skipped:
 		return Skipped

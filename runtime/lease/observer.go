@@ -93,11 +93,14 @@ type Event struct {
 	// lease and not entered (EventLowValidity, or the Client closed
 	// first: Err wraps ErrClosed) ends without it.
 	Entered bool
-	// Lost is set on EventDone when the call's own lease was lost while
-	// its function ran (or, Reentered, its caller's lease, or the caller
-	// returned): Err wraps ErrLost for it. An ErrLost in Err without Lost
-	// is the function's own error (a nested call on another key that it
-	// returned, wrapped or not): this call's lease held.
+	// Lost is set on EventDone when Err wraps ErrLost for the call's own
+	// lease: lost while its function ran (or, Reentered, its caller's
+	// lease was, or the caller returned), or a kept lease the call took
+	// found lost before its function was entered (Err wraps
+	// ErrLowValidity too). An ErrLost in Err without Lost is not this
+	// call's lease's: the function returned it (a nested call on another
+	// key), or the call was not started because its context had ended
+	// with a loss (its caller's).
 	Lost bool
 	Err  error // the uncertain or failing outcome, when there is one
 }

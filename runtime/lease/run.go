@@ -176,7 +176,7 @@ func (a *call) run(ctx context.Context, l *Lease, fn func(context.Context) error
 		// saw the loss land between takeKept and this check).
 		err = fmt.Errorf("%w: key %q: the lease was lost before the function was entered (%w)", ErrLowValidity, a.key, l.Err())
 		a.observe(Event{Kind: EventLowValidity, Err: err})
-		returned = true
+		returned, a.lostOwn = true, true // EventDone's Lost: the call's own (kept) lease
 		return err
 	}
 	a.entered = now
