@@ -160,17 +160,21 @@ func TestAdversary57_ConcurrentCloseBeforeEntryCountsError(t *testing.T) {
 func adv57NoGrantedHold(t *testing.T, fams map[string]*dto.MetricFamily, name string) {
 	t.Helper()
 	for _, m := range fams["lease_hold_duration_seconds"].GetMetric() {
-		var n, o string
-		for _, l := range m.GetLabel() {
-			switch l.GetName() {
-			case "lease_name":
-				n = l.GetValue()
-			case "lease_outcome":
-				o = l.GetValue()
-			}
-		}
-		if n == name && o == "granted" && m.GetHistogram().GetSampleCount() > 0 {
+		if n, o := adv57NameOutcome(m); n == name && o == "granted" && m.GetHistogram().GetSampleCount() > 0 {
 			t.Errorf("a granted hold of %s recorded (%d samples) for a function that never ran", name, m.GetHistogram().GetSampleCount())
 		}
 	}
+}
+
+// adv57NameOutcome returns m's lease_name and lease_outcome labels.
+func adv57NameOutcome(m *dto.Metric) (name, outcome string) {
+	for _, l := range m.GetLabel() {
+		switch l.GetName() {
+		case "lease_name":
+			name = l.GetValue()
+		case "lease_outcome":
+			outcome = l.GetValue()
+		}
+	}
+	return name, outcome
 }

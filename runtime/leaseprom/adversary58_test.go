@@ -68,16 +68,7 @@ func adv58New(t *testing.T, pre ...lease.Observer) (*prometheus.Registry, *lease
 func adv58Outcomes(fams map[string]*dto.MetricFamily, name string) map[string]float64 {
 	out := map[string]float64{}
 	for _, m := range fams["lease_calls_total"].GetMetric() {
-		var n, o string
-		for _, l := range m.GetLabel() {
-			switch l.GetName() {
-			case "lease_name":
-				n = l.GetValue()
-			case "lease_outcome":
-				o = l.GetValue()
-			}
-		}
-		if n == name && m.GetCounter().GetValue() > 0 {
+		if n, o := adv57NameOutcome(m); n == name && m.GetCounter().GetValue() > 0 {
 			out[o] += m.GetCounter().GetValue()
 		}
 	}
