@@ -163,11 +163,11 @@ has its hold ended; the waiters race for it.`,
 		case !identityLike(info.Holder):
 			return fmt.Errorf("the lock key of %q holds %q, which the runtime did not write: nothing released", key, info.Holder)
 		case want != "" && info.Holder != want:
-			return fmt.Errorf("%q is held by %s (token %d), not by %s: nothing released", key, info.Holder, info.Token, want)
+			return fmt.Errorf("%q is held by %s (token %d), not by %s: nothing released", key, shown(info.Holder), info.Token, shown(want))
 		}
 		printInfo(c.stdout, info)
 		if !c.yes {
-			fmt.Fprintf(c.stderr, "\nForce-release %q from holder %s? Its work will be told it lost the lease.\nType yes to confirm: ", key, info.Holder)
+			fmt.Fprintf(c.stderr, "\nForce-release %q from holder %s? Its work will be told it lost the lease.\nType yes to confirm: ", key, shown(info.Holder))
 			// Read aside: an interrupt (leasectl catches SIGINT, ending
 			// c.ctx) must abort the question, not wait for an answer.
 			type reply struct {
@@ -199,7 +199,7 @@ has its hold ended; the waiters race for it.`,
 		cancel()
 		if err != nil {
 			if errors.Is(err, lease.ErrUnknown) {
-				return fmt.Errorf("%w\nthe release may or may not have happened: run 'leasectl show %s'", err, key)
+				return fmt.Errorf("%w\nthe release may or may not have happened: %s", err, showHint(key))
 			}
 			return err
 		}
@@ -213,15 +213,15 @@ has its hold ended; the waiters race for it.`,
 		case now.Free():
 			after = "; the key is free"
 		default:
-			after = fmt.Sprintf("; now held by %s (token %d)", now.Holder, now.Token)
+			after = fmt.Sprintf("; now held by %s (token %d)", shown(now.Holder), now.Token)
 		}
 		switch res {
 		case lease.ForceReleased:
-			fmt.Fprintf(c.stdout, "\nreleased %q from holder %s (token %d)%s\n", key, info.Holder, info.Token, after)
+			fmt.Fprintf(c.stdout, "\nreleased %q from holder %s (token %d)%s\n", key, shown(info.Holder), info.Token, after)
 			fmt.Fprintf(c.stdout, "the holder learns it at its next renewal and stops with ErrLost (released from outside)\n")
 			return nil
 		case lease.ForceHoldEnded:
-			fmt.Fprintf(c.stdout, "\nended the hold-min of holder %s on %q%s\n", info.Holder, key, after)
+			fmt.Fprintf(c.stdout, "\nended the hold-min of holder %s on %q%s\n", shown(info.Holder), key, after)
 			return nil
 		case lease.ForceNotHeld:
 			return fmt.Errorf("%q was released or expired since it was shown: nothing released%s", key, after)
@@ -355,7 +355,7 @@ func printInfo(w io.Writer, info lease.Info) {
 		if wt.Fence {
 			fence = ", fenced"
 		}
-		fmt.Fprintf(tw, "  %d.\t%s  waiting %s, entry lapses in %s, asks ttl %s%s\n", n+1, wt.Identity, ttl(wt.Waited), ttl(wt.Expires), wt.TTL, fence)
+		fmt.Fprintf(tw, "  %d.\t%s  waiting %s, entry lapses in %s, asks ttl %s%s\n", n+1, shown(wt.Identity), ttl(wt.Waited), ttl(wt.Expires), wt.TTL, fence)
 	}
 }
 
@@ -363,10 +363,12 @@ func printInfo(w io.Writer, info lease.Info) {
 // output shows it: quoted when it holds a character that is not printable
 // (a newline or a tab would break the one line per lease, and could
 // forge another lease's line), is not UTF-8, begins or ends with a space
-// ("orders:42 " would read as orders:42), or begins with a quote (so that
-// no key looks like another's quoted form).
+// ("orders:42 " would read as orders:42) or holds two in a row (the
+// columns of list are two spaces apart: such a key could forge a holder
+// and a token), or begins with a quote (so that no key looks like
+// another's quoted form).
 func shown(s string) string {
-	if strings.HasPrefix(s, `"`) || strings.TrimSpace(s) != s || !utf8.ValidString(s) || strings.IndexFunc(s, func(r rune) bool { return !unicode.IsPrint(r) }) >= 0 {
+	if strings.HasPrefix(s, `"`) || strings.TrimSpace(s) != s || strings.Contains(s, "  ") || !utf8.ValidString(s) || strings.IndexFunc(s, func(r rune) bool { return !unicode.IsPrint(r) }) >= 0 {
 		return strconv.Quote(s)
 	}
 	return s
@@ -386,23 +388,28 @@ type leaseJSON struct {
 	// KeyBase64 is the key's bytes (standard base64) when the key is not
 	// UTF-8: a JSON string cannot carry them, and "key" then shows each
 	// invalid byte as U+FFFD, so that two such keys may read alike there.
-	KeyBase64 string       `json:"key_base64,omitempty"`
-	Holder    string       `json:"holder,omitempty"`
-	Owner     string       `json:"owner,omitempty"` // none stored by plain leases yet
-	Token     uint64       `json:"token"`
-	TTLms     int64        `json:"ttl_ms"`
-	Hold      bool         `json:"hold"`
-	LastToken uint64       `json:"last_token,omitempty"`
-	Queued    int          `json:"queued"`
-	Waiters   []waiterJSON `json:"waiters"`
+	// HolderBase64, OwnerBase64 and a waiter's IdentityBase64 are the same
+	// for those strings (a leader's owner is the caller's).
+	KeyBase64    string       `json:"key_base64,omitempty"`
+	Holder       string       `json:"holder,omitempty"`
+	HolderBase64 string       `json:"holder_base64,omitempty"`
+	Owner        string       `json:"owner,omitempty"` // none stored by plain leases yet
+	OwnerBase64  string       `json:"owner_base64,omitempty"`
+	Token        uint64       `json:"token"`
+	TTLms        int64        `json:"ttl_ms"`
+	Hold         bool         `json:"hold"`
+	LastToken    uint64       `json:"last_token,omitempty"`
+	Queued       int          `json:"queued"`
+	Waiters      []waiterJSON `json:"waiters"`
 }
 
 type waiterJSON struct {
-	Identity  string `json:"identity"`
-	WaitedMs  int64  `json:"waited_ms"`
-	ExpiresMs int64  `json:"expires_ms"`
-	TTLms     int64  `json:"ttl_ms"`
-	Fence     bool   `json:"fence"`
+	Identity       string `json:"identity"`
+	IdentityBase64 string `json:"identity_base64,omitempty"`
+	WaitedMs       int64  `json:"waited_ms"`
+	ExpiresMs      int64  `json:"expires_ms"`
+	TTLms          int64  `json:"ttl_ms"`
+	Fence          bool   `json:"fence"`
 }
 
 type changeJSON struct {
@@ -415,17 +422,39 @@ type changeJSON struct {
 func infoJSON(i lease.Info) leaseJSON {
 	j := leaseJSON{Key: i.Key, Holder: i.Holder, Owner: i.Owner, Token: uint64(i.Token), TTLms: i.TTL.Milliseconds(),
 		Hold: i.Hold, LastToken: uint64(i.LastToken), Queued: i.Queued, Waiters: []waiterJSON{}}
-	if !utf8.ValidString(i.Key) {
-		j.KeyBase64 = base64.StdEncoding.EncodeToString([]byte(i.Key))
-	}
+	j.KeyBase64, j.HolderBase64, j.OwnerBase64 = bytesIfNotUTF8(i.Key), bytesIfNotUTF8(i.Holder), bytesIfNotUTF8(i.Owner)
 	if i.TTL < 0 {
 		j.TTLms = -1
 	}
 	for _, w := range i.Waiters {
-		j.Waiters = append(j.Waiters, waiterJSON{Identity: w.Identity, WaitedMs: w.Waited.Milliseconds(),
+		j.Waiters = append(j.Waiters, waiterJSON{Identity: w.Identity, IdentityBase64: bytesIfNotUTF8(w.Identity), WaitedMs: w.Waited.Milliseconds(),
 			ExpiresMs: w.Expires.Milliseconds(), TTLms: w.TTL.Milliseconds(), Fence: w.Fence})
 	}
 	return j
+}
+
+// bytesIfNotUTF8 is s in standard base64 when s is not UTF-8 ("" when it
+// is): a JSON string cannot carry its bytes.
+func bytesIfNotUTF8(s string) string {
+	if utf8.ValidString(s) {
+		return ""
+	}
+	return base64.StdEncoding.EncodeToString([]byte(s))
+}
+
+// showHint says how to look at key again: a command to paste into a
+// shell, its key in single quotes unless it needs none; a key a shell
+// line cannot show (not printable, not UTF-8) as Go quotes it.
+func showHint(key string) string {
+	if shown(key) != key {
+		return fmt.Sprintf("run leasectl show with the key %q", key)
+	}
+	if strings.IndexFunc(key, func(r rune) bool {
+		return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("_-.:/,=@%+", r))
+	}) < 0 && !strings.HasPrefix(key, "-") {
+		return "run leasectl show " + key
+	}
+	return "run leasectl show -- '" + strings.ReplaceAll(key, "'", `'\''`) + "'"
 }
 
 func writeJSON(w io.Writer, v any) error {
