@@ -194,8 +194,10 @@ const ListPage = 100
 // cursor of the next page, "" after the last. It uses SCAN, never KEYS, so
 // the server is never blocked, and on a Cluster it scans every master in
 // turn. SCAN's guarantees apply: a lease held for the whole listing is
-// listed, one taken or released meanwhile may or may not be, and a
-// failover or slot migration during the listing can repeat or miss keys.
+// listed, one taken or released meanwhile may or may not be, a key may be
+// listed twice (SCAN repeats keys when the server resizes its table, as
+// after many keys were deleted), and a failover or slot migration during
+// the listing can repeat or miss keys. (Watch reports each key once.)
 // Pages may be empty before the last one. On an error, page holds the
 // leases read before it and next the cursor to go on from. Needs Redis 6.0
 // or later (SCAN ... TYPE).
