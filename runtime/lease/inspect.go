@@ -517,18 +517,21 @@ func (c *Client) ForceRelease(ctx context.Context, key, identity string) (ForceR
 	case !strings.HasPrefix(v, identity+":"):
 		return ForceHeldByOther, nil
 	}
-	res, err := c.releaseAs(ctx, k, identity, "", 0, "x")
+	// The holder learns of the release at its next renewal or its own
+	// release, at most its remaining TTL from now (read above: no more is
+	// left by the release): the tombstone that names the cause lasts that
+	// long, set by the release itself, so that no later command can fail
+	// to (TestAdversary61_ForceReleaseCauseWithoutTheOperatorsConnection).
+	tombTTL := c.tombTTL()
+	if left := pttl.Val(); left > 0 {
+		tombTTL += left
+	}
+	res, err := c.releaseTomb(ctx, k, identity, "", 0, "x", tombTTL)
 	if err != nil {
 		return fail(err)
 	}
 	switch res {
 	case 1:
-		// The holder learns of the release at its next renewal or its own
-		// release, at most its remaining TTL from now: the tombstone that
-		// names the cause must last that long.
-		if left := pttl.Val(); left > 0 {
-			_ = c.rdb.PExpire(ctx, k.tomb+identity, left+c.tombTTL()).Err()
-		}
 		// Best effort, for watchers (leasectl watch): a handover already
 		// named its waiter, a plain delete published nothing. A one-letter
 		// message wakes every waiter of the key to look again.
