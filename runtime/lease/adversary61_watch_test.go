@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -46,124 +47,143 @@ func adv61Fill(t *testing.T, rdb *redis.Client, junk int, leases []string) {
 	}
 }
 
-// adv61DropJunk deletes the junk keys and waits for the server to shrink
-// its keyspace table (serverCron, fill under 10%) and rehash.
-func adv61DropJunk(t *testing.T, rdb *redis.Client, junk int) {
-	t.Helper()
-	ctx := context.Background()
-	for i := 0; i < junk; i += 1000 {
-		args := make([]string, 0, 1000)
-		for j := i; j < i+1000 && j < junk; j++ {
-			args = append(args, fmt.Sprintf("junk:%d", j))
+// adv62DupScan makes SCAN repeat one key, as the server may when its table
+// shrinks during a scan (List's doc: "a key may be listed twice"): the
+// first SCAN's first key is returned again by the third SCAN, after its
+// holder changed (released and taken by another identity) in between.
+type adv62DupScan struct {
+	mu      sync.Mutex
+	n       int
+	dup     string // the Redis key repeated
+	onCount func(n int, dup string)
+}
+
+func (h *adv62DupScan) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h *adv62DupScan) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+func (h *adv62DupScan) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		sc, ok := cmd.(*redis.ScanCmd)
+		if !ok || err != nil {
+			return err
 		}
-		if err := rdb.Unlink(ctx, args...).Err(); err != nil {
-			t.Error(err)
-			return
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		h.n++
+		keys, cur := sc.Val()
+		switch {
+		case h.n == 1 && len(keys) > 0:
+			h.dup = keys[0]
+		case h.n == 3 && h.dup != "" && cur != 0:
+			h.onCount(h.n, h.dup)
+			sc.SetVal(append(append([]string{}, keys...), h.dup), cur)
 		}
+		return err
 	}
-	time.Sleep(3 * time.Second)
 }
 
 // Watch's doc: "It first reports every lease held (ChangeHeld), then
 // grants, hold-min releases and endings as it sees them." Its first
-// listing reported every page's leases as held without looking whether a
-// key was reported already: a key SCAN returns twice (it may, when the
-// server's key table shrinks during the scan) was reported held twice,
-// and, if it changed holder in between, its new holder (granted after the
-// watch started) was reported "held" with no ChangeEnded of the old one
-// and no ChangeGranted of the new (adversary round 61).
-func TestAdversary61_WatchFirstListingReportsHeldOnce(t *testing.T) {
+// listing reported a key SCAN returned twice as held twice, and a new
+// holder granted in between as held, with no ending or grant (round 61);
+// the fix reported that ending and grant at once, in the middle of the
+// first listing, before later pages' held leases (round 62). Now: each
+// lease is reported held once, and what changed since (the repeated key's
+// ending and new grant) once every held lease has been.
+func TestAdversary61_WatchFirstListingRepeatedKey(t *testing.T) {
 	srv := leasetest.StartRedis(t)
-	rdb := srv.Client(t)
-	c, _ := newClient(t, rdb)
-	const junk = 150000
-	var keys []string
-	for i := 0; i < 600; i++ {
-		keys = append(keys, fmt.Sprintf("watch61:%03d", i))
+	admin := srv.Client(t)
+	wrdb := srv.Client(t)
+	hook := &adv62DupScan{}
+	newHolder := adv61ID()
+	hook.onCount = func(n int, dup string) {
+		// Meanwhile the repeated key's lease was released and granted to
+		// another identity.
+		if err := admin.Set(context.Background(), dup, newHolder+":0", 10*time.Minute).Err(); err != nil {
+			t.Error(err)
+		}
 	}
-	adv61Fill(t, rdb, junk, keys)
+	wrdb.AddHook(hook)
+	c, _ := newClient(t, wrdb)
+	var keys []string
+	for i := 0; i < 400; i++ {
+		keys = append(keys, fmt.Sprintf("watch62:%03d", i))
+	}
+	adv61Fill(t, admin, 0, keys)
 
 	var (
-		mu      sync.Mutex
-		log     = map[string][]string{} // key -> kinds/holders, in order
-		first   = true
-		heldNow = map[string]string{}
-		changed = map[string]string{} // key -> its new holder, set mid listing
+		mu  sync.Mutex
+		seq []string
 	)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
-		done <- c.Watch(ctx, "watch61:*", 200*time.Millisecond, func(ch lease.Change) {
+		done <- c.Watch(ctx, "watch62:*", time.Hour, func(ch lease.Change) {
 			mu.Lock()
-			log[ch.Info.Key] = append(log[ch.Info.Key], fmt.Sprintf("%v:%s", ch.Kind, ch.Info.Holder[:8]))
-			if ch.Kind == lease.ChangeHeld {
-				heldNow[ch.Info.Key] = ch.Info.Holder
-			}
-			do := first && ch.Kind == lease.ChangeHeld && len(heldNow) >= 100
-			if do {
-				first = false
-				for k := range heldNow {
-					changed[k] = adv61ID()
-				}
-			}
+			seq = append(seq, fmt.Sprintf("%v %s %s", ch.Kind, ch.Info.Key, ch.Info.Holder[:8]))
 			mu.Unlock()
-			if do {
-				// Mid first listing: the leases reported so far change
-				// holder (a release and a new grant each), and other keys
-				// of the database are deleted.
-				_, err := rdb.Pipelined(context.Background(), func(p redis.Pipeliner) error {
-					for k, id := range changed {
-						p.Set(context.Background(), lockKey(k), id+":0", 10*time.Minute)
-					}
-					return nil
-				})
-				if err != nil {
-					t.Error(err)
-				}
-				adv61DropJunk(t, rdb, junk)
-			}
 		})
 	}()
-	// Every changed key is reported granted to its new holder.
-	granted := func() int {
+	waitFor(20*time.Second, func() bool {
 		mu.Lock()
 		defer mu.Unlock()
-		n := 0
-		for k, id := range changed {
-			for _, s := range log[k] {
-				if s == "granted:"+id[:8] {
-					n++
-					break
-				}
+		held := 0
+		for _, s := range seq {
+			if strings.HasPrefix(s, "held ") {
+				held++
 			}
 		}
-		return n
-	}
-	if !waitFor(20*time.Second, func() bool { mu.Lock(); started := !first; mu.Unlock(); return started && granted() == 100 }) {
-		t.Errorf("%d of the 100 keys that changed holder during the first listing were reported granted to the new holder", granted())
-	}
+		return held >= len(keys)
+	})
+	time.Sleep(200 * time.Millisecond)
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
 	mu.Lock()
 	defer mu.Unlock()
-	bad := 0
-	for k, l := range log {
-		held := 0
-		for _, s := range l {
-			if len(s) > 5 && s[:5] == "held:" {
-				held++
+	t.Logf("repeated key %q; %d changes", hook.dup, len(seq))
+	firstOther, heldAfter := -1, 0
+	for i, s := range seq {
+		if !strings.HasPrefix(s, "held ") {
+			if firstOther < 0 {
+				firstOther = i
+				t.Logf("change #%d: %s", i, s)
+				if i+1 < len(seq) {
+					t.Logf("change #%d: %s", i+1, seq[i+1])
+				}
 			}
+			continue
 		}
-		if held > 1 {
-			if bad < 5 {
-				t.Errorf("key %q: %v", k, l)
+		if firstOther >= 0 {
+			if heldAfter == 0 {
+				t.Logf("then change #%d: %s", i, s)
 			}
-			bad++
+			heldAfter++
 		}
 	}
-	if bad > 0 {
-		t.Errorf("%d keys reported ChangeHeld more than once", bad)
+	if heldAfter > 0 {
+		t.Errorf("%d ChangeHeld reports came after a %q (change #%d of %d): the first listing's held leases are not all reported first", heldAfter, seq[firstOther], firstOther, len(seq))
+	}
+	held := map[string]int{}
+	var dupChanges []string
+	for _, s := range seq {
+		f := strings.Fields(s)
+		if f[0] == "held" {
+			held[f[1]]++
+		}
+		if lockKey(f[1]) == hook.dup {
+			dupChanges = append(dupChanges, f[0]+" "+f[2])
+		}
+	}
+	for k, n := range held {
+		if n > 1 {
+			t.Errorf("key %q reported held %d times", k, n)
+		}
+	}
+	if len(held) != len(keys) || len(dupChanges) != 3 || dupChanges[1] != "ended "+dupChanges[0][len("held "):] || dupChanges[2] != "granted "+newHolder[:8] {
+		t.Errorf("%d keys reported held, want %d; the repeated key's changes %v, want held (old holder), ended (old holder), granted %s", len(held), len(keys), dupChanges, newHolder[:8])
 	}
 }

@@ -96,25 +96,14 @@ func (a *call) sendRelease(ctx context.Context, hold time.Duration) (int64, erro
 // release (tomb "1", or "l" for a leader term's) or one forced from
 // outside (tomb "x").
 func (c *Client) releaseAs(ctx context.Context, k keys, id, member string, hold time.Duration, tomb string) (int64, error) {
-	return c.releaseTomb(ctx, k, id, member, hold, tomb, 0)
-}
-
-// releaseTomb is releaseAs with the tombstone kept for tombTTL (0: the
-// Client's tombstone TTL), set by the release script itself.
-func (c *Client) releaseTomb(ctx context.Context, k keys, id, member string, hold time.Duration, tomb string, tombTTL time.Duration) (int64, error) {
 	tombKey := k.tomb + id
-	r := new(relArgs)
-	if tombTTL > 0 {
-		r.tombTTL = ms(tombTTL)
-	}
-	return c.releaseWith(ctx, r, &k, &tombKey, &id, &member, hold, tomb)
+	return c.releaseWith(ctx, nil, &k, &tombKey, &id, &member, hold, tomb)
 }
 
 // relArgs are one release's arguments: one allocation.
 type relArgs struct {
-	argv    [3 + 6 + 7]any
-	hold    intArg
-	tombTTL any // the tombstone's TTL argument, when not the Client's
+	argv [3 + 6 + 7]any
+	hold intArg
 }
 
 // releaseWith is releaseAs with the tombstone key already built, its
@@ -149,13 +138,9 @@ func (c *Client) releaseWith(ctx context.Context, r *relArgs, k *keys, tombKey, 
 	case "l":
 		tombArg = tombLeader
 	}
-	tombTTL := c.tombTTLArg
-	if r.tombTTL != nil {
-		tombTTL = r.tombTTL
-	}
 	r.argv = [...]any{nil, nil, "6",
 		sarg(&k.lock), sarg(&k.channel), sarg(tombKey), sarg(&k.fence), sarg(&k.queue), sarg(&k.qexp),
-		sarg(id), &r.hold, "PUBLISH", tombTTL, c.counterTTLArg, memberArg, tombArg}
+		sarg(id), &r.hold, "PUBLISH", c.tombTTLArg, c.counterTTLArg, memberArg, tombArg}
 	res, err := c.evalArgs(ctx, releaseScript, r.argv[:])
 	if err != nil && classify(err) == outRedirect {
 		res, err = c.retryRelease(ctx, r, err)

@@ -203,6 +203,15 @@ type changeWatch struct {
 // present for the whole scan, so a missing one was free at some point).
 func (w *changeWatch) scan(ctx context.Context, pattern string, first bool) error {
 	listed := map[string]bool{}
+	// Keys SCAN returned twice in the first listing (it may, when the
+	// server resizes its table meanwhile): what changed since they were
+	// reported is reported once every held lease has been
+	// (TestAdversary62_WatchFirstListingOrder).
+	type readInfo struct {
+		info Info
+		read time.Time
+	}
+	var again []readInfo
 	for cursor := ""; ; {
 		read := time.Now() // the page's leases were read after this
 		rctx, cancel := w.readCtx(ctx)
@@ -212,21 +221,25 @@ func (w *changeWatch) scan(ctx context.Context, pattern string, first bool) erro
 			return err
 		}
 		for _, info := range page {
-			if _, again := w.seen[info.Key]; first && !again {
-				listed[info.Key] = true
+			listed[info.Key] = true
+			if first {
+				if _, seen := w.seen[info.Key]; seen {
+					// Reported held once (TestAdversary61_WatchFirstListingReportsHeldOnce).
+					again = append(again, readInfo{info, read})
+					continue
+				}
 				w.seen[info.Key] = seenLease{info, read}
 				w.fn(Change{Kind: ChangeHeld, At: time.Now(), Info: info})
 				continue
 			}
-			// A later listing, or a key SCAN returned twice in the first
-			// (it may, when the server's table shrinks meanwhile): what
-			// changed since it was reported (TestAdversary61_WatchFirstListingReportsHeldOnce).
-			listed[info.Key] = true
 			w.update(ctx, info, read)
 		}
 		if cursor = next; cursor == "" {
 			break
 		}
+	}
+	for _, r := range again {
+		w.update(ctx, r.info, r.read)
 	}
 	for key := range w.seen {
 		if listed[key] {
