@@ -499,12 +499,8 @@ func (c *Client) ForceRelease(ctx context.Context, key, identity string) (ForceR
 		}
 		return 0, fmt.Errorf("%w: force release of key %q: %w", class, key, err)
 	}
-	var get *redis.StringCmd
-	var pttl *redis.DurationCmd
-	if _, err := c.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		get, pttl = p.Get(ctx, k.lock), p.PTTL(ctx, k.lock)
-		return nil
-	}); err != nil && !errors.Is(err, redis.Nil) {
+	get := c.rdb.Get(ctx, k.lock)
+	if err := get.Err(); err != nil && !errors.Is(err, redis.Nil) {
 		// Nothing was released: no release is sent after a failed read.
 		return 0, fmt.Errorf("%w: force release of key %q: reading the key (nothing released): %w", ErrRefused, key, err)
 	}
@@ -518,15 +514,13 @@ func (c *Client) ForceRelease(ctx context.Context, key, identity string) (ForceR
 		return ForceHeldByOther, nil
 	}
 	// The holder learns of the release at its next renewal or its own
-	// release, at most its remaining TTL from now (read above: no more is
-	// left by the release): the tombstone that names the cause lasts that
-	// long, set by the release itself, so that no later command can fail
-	// to (TestAdversary61_ForceReleaseCauseWithoutTheOperatorsConnection).
-	tombTTL := c.tombTTL()
-	if left := pttl.Val(); left > 0 {
-		tombTTL += left
-	}
-	res, err := c.releaseTomb(ctx, k, identity, "", 0, "x", tombTTL)
+	// release, at most its remaining TTL from then: the release script
+	// keeps the tombstone that names the cause that long, read and set in
+	// one step, so that neither a renewal since the read above nor a later
+	// command that fails can cut it short
+	// (TestAdversary61_ForceReleaseCauseWithoutTheOperatorsConnection,
+	// TestAdversary62_ForceReleaseRenewedAfterTheRead).
+	res, err := c.releaseAs(ctx, k, identity, "", 0, "x")
 	if err != nil {
 		return fail(err)
 	}

@@ -12,7 +12,8 @@
 -- KEYS[4] fence counter, KEYS[5] queue, KEYS[6] queue expiries (same hash
 -- tag)
 -- ARGV[1] identity, ARGV[2] hold ms, ARGV[3] publish command,
--- ARGV[4] tombstone ttl ms, ARGV[5] counter ttl ms, ARGV[6] the caller's
+-- ARGV[4] tombstone ttl ms (a forced release's: the key's remaining TTL
+-- more), ARGV[5] counter ttl ms, ARGV[6] the caller's
 -- queue member ("" if it never queued), ARGV[7] the tombstone's value: "1"
 -- for the holder's own release, "l" for a leader term's own release (as
 -- "1", and a release with nobody waiting says "r" on the key's channel, so
@@ -68,6 +69,16 @@ if not sep or string.sub(v, 1, sep - 1) ~= ARGV[1] then
   return 0
 end
 local hold = tonumber(ARGV[2])
+-- A forced release's tombstone names the cause to the holder, which learns
+-- of the release at its next renewal, at most its remaining TTL from now
+-- (read here, in the release: a renewal that landed since the caller read
+-- the key counts): it lasts that long, and the tombstone TTL more
+-- (TestAdversary62_ForceReleaseRenewedAfterTheRead).
+local tombPX = ARGV[4]
+if ARGV[7] == 'x' then
+  local left = redis.call('PTTL', KEYS[1])
+  if left > 0 then tombPX = left + tonumber(ARGV[4]) end
+end
 -- A release with nobody queued (the common case) ends here, before the
 -- helpers below are made (a script makes its local functions anew on
 -- every call).
@@ -81,7 +92,7 @@ local hold = tonumber(ARGV[2])
 -- through at maxmemory (TestAdversary39_OOMRelease).
 local head, late
 if not (hold > 0) then -- as the hold-min's "hold > 0" below, NaN included
-  local r = redis.pcall('SET', KEYS[3], ARGV[7], 'PX', ARGV[4])
+  local r = redis.pcall('SET', KEYS[3], ARGV[7], 'PX', tombPX)
   if type(r) == 'table' and r.err then
     if not string.find(r.err, 'OOM', 1, true) then return r end
     late = true
@@ -94,7 +105,7 @@ if not (hold > 0) then -- as the hold-min's "hold > 0" below, NaN included
   head = redis.call('ZRANGE', KEYS[5], 0, 0)
   if #head == 0 then
     redis.call('DEL', KEYS[1])
-    if late then redis.call('SET', KEYS[3], ARGV[7], 'PX', ARGV[4]) end
+    if late then redis.call('SET', KEYS[3], ARGV[7], 'PX', tombPX) end
     if ARGV[7] == 'l' and type(redis.pcall(ARGV[3], KEYS[2], 'r')) ~= 'number' then return 11 end
     return 1
   end
@@ -247,7 +258,7 @@ if #head > 0 then
         end
         if full then px = tonumber(ttl) end
         redis.call('SET', KEYS[1], id .. ':' .. tok, 'PX', px)
-        if late then redis.call('SET', KEYS[3], ARGV[7], 'PX', ARGV[4]) end
+        if late then redis.call('SET', KEYS[3], ARGV[7], 'PX', tombPX) end
         announce(ARGV[3], KEYS[2], note(px))
         return result(1)
       end
@@ -255,6 +266,6 @@ if #head > 0 then
   end
 end
 redis.call('DEL', KEYS[1])
-if late then redis.call('SET', KEYS[3], ARGV[7], 'PX', ARGV[4]) end
+if late then redis.call('SET', KEYS[3], ARGV[7], 'PX', tombPX) end
 if ARGV[7] == 'l' then announce(ARGV[3], KEYS[2], 'r') end
 return result(1)
