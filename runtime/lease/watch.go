@@ -206,7 +206,7 @@ func (w *changeWatch) scan(ctx context.Context, pattern string, first bool) erro
 	// Keys SCAN returned twice in the first listing (it may, when the
 	// server resizes its table meanwhile): what changed since they were
 	// reported is reported once every held lease has been
-	// (TestAdversary62_WatchFirstListingOrder).
+	// (TestAdversary61_WatchFirstListingRepeatedKey).
 	type readInfo struct {
 		info Info
 		read time.Time
@@ -224,7 +224,7 @@ func (w *changeWatch) scan(ctx context.Context, pattern string, first bool) erro
 			listed[info.Key] = true
 			if first {
 				if _, seen := w.seen[info.Key]; seen {
-					// Reported held once (TestAdversary61_WatchFirstListingReportsHeldOnce).
+					// Reported held once (TestAdversary61_WatchFirstListingRepeatedKey).
 					again = append(again, readInfo{info, read})
 					continue
 				}
