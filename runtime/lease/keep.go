@@ -182,9 +182,10 @@ const minReleaseBound = 2 * time.Millisecond
 // lease was in use then), on the caller's path, since Close no longer
 // waits and the go-redis client may be closed as soon as the call
 // returns, within releaseOverrun (as a call's own release past its
-// budget: Do stays that near its deadline, also when Redis is silent). Decided under keptMu, which Close's look takes
-// after marking the Client closed: no release is added to keptReleases
-// after Close waits for them.
+// budget: Do stays that near its deadline, also when Redis is silent).
+// Decided under keptMu, which Close's look takes after marking the
+// Client closed: no release is added to keptReleases after Close waits
+// for them.
 func (c *Client) releaseKeptLater(l *Lease) {
 	c.keptMu.Lock()
 	if c.closed.Load() {

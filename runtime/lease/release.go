@@ -33,6 +33,13 @@ func (a *call) releaseBy(now time.Time) time.Time {
 	return dl
 }
 
+// releaseUnbounded reports whether a release sent now could not be
+// bounded by the call's budget: less than minReleaseBound to answer it.
+func (a *call) releaseUnbounded() bool {
+	now := time.Now()
+	return a.releaseBy(now).Sub(now) < minReleaseBound
+}
+
 // release deletes the lease if this attempt still holds it (or, with hold >
 // 0, sets the remaining hold as its TTL), on a context detached from the
 // caller's and bounded by the budget. A release whose reply is lost is

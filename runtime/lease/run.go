@@ -94,7 +94,7 @@ func (a *call) run(ctx context.Context, l *Lease, fn func(context.Context) error
 			hold = time.Until(heldBefore)
 		}
 		var r released
-		if at := time.Now(); l.a != a && a.releaseBy(at).Sub(at) < minReleaseBound {
+		if l.a != a && a.releaseUnbounded() {
 			// A kept lease this call took, given up with its budget all
 			// but spent (a keep it could not confirm): released within the
 			// release timeout in the background, as takeKept does, not
