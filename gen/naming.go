@@ -102,20 +102,21 @@ func (g *pkgGen) declareAs(pos token.Pos, name string, recv *types.Named, iface 
 	if iface != "" {
 		fix = fmt.Sprintf("rename the interface %s (its decorator is named after it) or the other declaration", iface)
 	}
+	// errorf reports the clash that format says, and fix.
 	errorf := func(format string, args ...any) {
-		g.errorf(pos, "%s", strings.Replace(fmt.Sprintf(format, args...), "choose another with name=", fix, 1))
+		g.errorf(pos, "%s; %s", fmt.Sprintf(format, args...), fix)
 	}
 	// Names Go reserves at package level, which the package scope does
 	// not list (TestAdversary46_ReservedWrapperNames).
 	if recv == nil && (name == "init" || name == "main" && g.pkg.Types.Name() == "main") {
-		errorf("wrapper name %s is reserved at package level (func %s takes no parameters and returns nothing); choose another with name=", name, name)
+		errorf("wrapper name %s is reserved at package level (func %s takes no parameters and returns nothing)", name, name)
 		return false
 	}
 	if recv == nil && types.Universe.Lookup(name) != nil {
 		// A package-level declaration shadows the predeclared name in
 		// every file of the package, the output's own uses and the
 		// package's included (TestAdversary50_WrapperNamedPredeclared).
-		errorf("wrapper name %s is predeclared in Go: declared at package level it would shadow the predeclared %s in the whole package; choose another with name=", name, name)
+		errorf("wrapper name %s is predeclared in Go: declared at package level it would shadow the predeclared %s in the whole package", name, name)
 		return false
 	}
 	scopeKey := name
@@ -130,7 +131,7 @@ func (g *pkgGen) declareAs(pos token.Pos, name string, recv *types.Named, iface 
 		existing = nil // our own earlier output (when checked without -tags leasegen)
 	}
 	if existing != nil {
-		errorf("wrapper name %s is already declared at %s; choose another with name=", name, g.errs.where(existing.Pos()))
+		errorf("wrapper name %s is already declared at %s", name, g.errs.where(existing.Pos()))
 		return false
 	}
 	if msg := g.testClash(name, recv); msg != "" {
@@ -142,17 +143,17 @@ func (g *pkgGen) declareAs(pos token.Pos, name string, recv *types.Named, iface 
 		// the package, the generated one included (go build: "already
 		// declared through import of package").
 		if path, ok := g.importPaths[name]; ok {
-			errorf("wrapper name %s is the name the generated file imports package %s under; choose another with name=", name, path)
+			errorf("wrapper name %s is the name the generated file imports package %s under", name, path)
 			return false
 		}
 		if pn := g.fileImport(name); pn != nil {
 			file := ShortPath(g.errs.dir, g.fset.Position(pn.Pos()).Filename)
-			errorf("wrapper name %s is the name %s imports package %s under (%s); choose another with name=", name, file, pn.Imported().Path(), g.errs.where(pn.Pos()))
+			errorf("wrapper name %s is the name %s imports package %s under (%s)", name, file, pn.Imported().Path(), g.errs.where(pn.Pos()))
 			return false
 		}
 		if spec, path := g.dotImport(name); spec != nil {
 			file := ShortPath(g.errs.dir, g.fset.Position(spec.Pos()).Filename)
-			errorf("wrapper name %s is a name %s dot-imports from package %s (%s); choose another with name=", name, file, path, g.errs.where(spec.Pos()))
+			errorf("wrapper name %s is a name %s dot-imports from package %s (%s)", name, file, path, g.errs.where(spec.Pos()))
 			return false
 		}
 	}
@@ -160,13 +161,13 @@ func (g *pkgGen) declareAs(pos token.Pos, name string, recv *types.Named, iface 
 		prevIface, prevDec := g.decorators[prev]
 		switch {
 		case prevDec:
-			errorf("wrapper name %s is also generated for the decorator of interface %s at %s; choose another with name=", name, prevIface, g.errs.where(prev))
+			errorf("wrapper name %s is also generated for the decorator of interface %s at %s", name, prevIface, g.errs.where(prev))
 		case iface != "":
 			// The other is a directive's wrapper: name= there, or the
 			// interface renamed.
 			g.errorf(pos, "wrapper name %s is also generated for the directive at %s; choose another for it with name=, or rename the interface %s (its decorator is named after it)", name, g.errs.where(prev), iface)
 		default:
-			errorf("wrapper name %s is also generated for the directive at %s; choose another with name=", name, g.errs.where(prev))
+			errorf("wrapper name %s is also generated for the directive at %s", name, g.errs.where(prev))
 		}
 		return false
 	}
@@ -185,8 +186,8 @@ func (g *pkgGen) declareAs(pos token.Pos, name string, recv *types.Named, iface 
 // exportedNames).
 func (g *pkgGen) testClash(name string, recv *types.Named) string {
 	const (
-		testTail  = " (a test file of the package: go test compiles it with the wrappers); choose another with name="
-		otherTail = " (a file of the package that this build leaves out, for another platform or build tag: the build that takes it compiles it with the wrappers); choose another with name="
+		testTail  = " (a test file of the package: go test compiles it with the wrappers)"
+		otherTail = " (a file of the package that this build leaves out, for another platform or build tag: the build that takes it compiles it with the wrappers)"
 	)
 	tail := testTail
 	declared := func(id *ast.Ident) string {
