@@ -6,8 +6,8 @@
 -- ARGV[1] identity, ARGV[2] ttl ms, ARGV[3] "1" to mint a fencing token,
 -- ARGV[4] counter ttl ms, ARGV[5] queue entry lifetime ms (0: not
 -- waiting), ARGV[6] queue member (identity|ttl|fence|claim ms), ARGV[7]
--- the key's release channel: a new waiter publishes "w" on it, so that a
--- Client keeping the lease between calls (Spec.Keep) releases it,
+-- the key's release channel: a waiter publishes "w" on it at each look,
+-- so that a Client keeping the lease between calls (Spec.Keep) releases it,
 -- ARGV[8] this attempt's sequence number in its call: stored with the
 -- entry, so that the release's message tells the waiter which of its
 -- busy answers the handover came after (see release.lua)
@@ -145,9 +145,14 @@ if life > 0 then
       redis.call('ZREM', KEYS[3], ARGV[6])
       return refusal(added)
     end
-  elseif added == 1 then
-    redis.pcall('PUBLISH', ARGV[7], 'w') -- best effort (an ACL may refuse it)
   end
+  -- "w" on the key's channel: a Client keeping the lease (Spec.Keep)
+  -- releases it once no call uses it. On every look of a waiter, not only
+  -- its first: a keeper that missed one (a short loss of replies on its
+  -- subscription, which stayed up and so was not confirmed again) hears
+  -- the next re-check's (TestAdversary63b_KeeperMissesWaiterInShortBlackhole).
+  -- Best effort (an ACL may refuse it).
+  redis.pcall('PUBLISH', ARGV[7], 'w')
   redis.call('HSET', KEYS[4], ARGV[6], (now + life) .. ':' .. ARGV[8])
   -- The queue's expiry is lengthened to this entry's, never shortened
   -- (another entry may live longer): by PEXPIRE GT (Redis 7.0), one

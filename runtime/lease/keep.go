@@ -15,7 +15,8 @@ import (
 // next call on the key in this Client enters at once (no round trip) with
 // the same fencing token, if the lease has enough validity left. A waiter
 // in another process announces itself (its acquire publishes "w" on the
-// key's channel when it joins the queue); the Client then releases the
+// key's channel when it joins the queue, and again at each re-check, so
+// that a keeper that missed one hears the next); the Client then releases the
 // lease as soon as no call is using it, handing it to that waiter. A kept
 // lease that is lost is forgotten; the next call acquires afresh.
 
