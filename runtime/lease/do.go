@@ -76,6 +76,12 @@ func (c *Client) Do(ctx context.Context, key string, spec Spec, fn func(ctx cont
 		a.observe(Event{Kind: EventDone, Reentered: reentered, Entered: !a.entered.IsZero(), Lost: a.lostOwn, Err: err})
 		return err
 	}
+	if c.closed.Load() {
+		// Before the reuse of an enclosing lease too: Close makes every
+		// later call return ErrClosed, a nested one on the same key
+		// included (TestAdversary63a_NestedSameKeyAfterCloseReturnsErrClosed).
+		return finish(fmt.Errorf("%w: key %q", ErrClosed, key))
+	}
 	if r := c.held(ctx, key); r != nil && r.reusable() {
 		if ctx.Err() != nil {
 			// As a call that acquires: not attempted (the enclosing call's
@@ -89,9 +95,9 @@ func (c *Client) Do(ctx context.Context, key string, spec Spec, fn func(ctx cont
 		// The enclosing call returned (or its lease ended) while this one
 		// was getting ready: no reuse, as if it had not been reusable.
 		reentered, a.token = false, 0
-	}
-	if c.closed.Load() {
-		return finish(fmt.Errorf("%w: key %q", ErrClosed, key))
+		if c.closed.Load() {
+			return finish(fmt.Errorf("%w: key %q", ErrClosed, key))
+		}
 	}
 	if ctx.Err() != nil {
 		return finish(a.notStarted(ctx))
@@ -130,8 +136,9 @@ func (c *Client) Do(ctx context.Context, key string, spec Spec, fn func(ctx cont
 	return finish(err)
 }
 
-// errPanicked is EventDone's Err when fn panicked.
-var errPanicked = errors.New("lease: the function panicked")
+// errPanicked is EventDone's Err when fn did not return: it panicked,
+// or called runtime.Goexit (t.FailNow in a test).
+var errPanicked = errors.New("lease: the function panicked or called runtime.Goexit")
 
 // call is the state of one Do.
 type call struct {
@@ -451,10 +458,18 @@ func (r *leaseRef) reusable() bool {
 // that was not reusable.
 var errNotReusable = errors.New("lease: the enclosing lease is no longer reusable")
 
-// errEnded is the cause when the call holding a lease returns while a
-// nested call reusing the lease (from a goroutine it started) still runs:
-// the lease is released under it.
-var errEnded = fmt.Errorf("%w: the call holding the lease returned and released it", ErrLost)
+// errEnded is the cause of fn's context when its call returns, and
+// Lease.Err's once the call has returned without a loss. It is not a loss
+// (no ErrLost): a context fn let escape, used after a clean return, must
+// not make a later call on it claim the work ran unprotected
+// (TestAdversary63a_EscapedCtxAfterCleanReturnIsNotLost). A nested call
+// still running under the lease then is told of a loss (errNestedEnded).
+var errEnded = errors.New("lease: the call holding the lease returned")
+
+// errNestedEnded is the loss a nested call reusing the lease (from a
+// goroutine its enclosing call started) reports when that call returned
+// while it ran: the lease was released, or kept for later calls, under it.
+var errNestedEnded = fmt.Errorf("%w: the call holding the lease returned while this nested call used it", ErrLost)
 
 // reenter runs fn under l, the enclosing call's lease on the same key. The
 // nested spec's Fence, MinValidity, HoldMin and Deadline apply; fn is
@@ -469,7 +484,14 @@ func (a *call) reenter(ctx context.Context, r *leaseRef, fn func(context.Context
 	// with context.WithoutCancel): follow l's own context.
 	ictx, cancel := context.WithCancelCause(ctx)
 	lctx := r.a.lctx
-	stop := context.AfterFunc(lctx, func() { cancel(context.Cause(lctx)) })
+	stop := context.AfterFunc(lctx, func() {
+		cause := context.Cause(lctx)
+		if cause == errEnded {
+			// The enclosing call returned under this one: to it, a loss.
+			cause = fmt.Errorf("%w (key %q)", errNestedEnded, a.key)
+		}
+		cancel(cause)
+	})
 	fctx, cancelDeadline := context.WithDeadlineCause(ictx, a.end, ErrDeadline)
 	// The nested call cannot outlast the enclosing call's function: its
 	// budget ends with the enclosing one's, also where ctx hides that
@@ -528,7 +550,7 @@ func (a *call) reenter(ctx context.Context, r *leaseRef, fn func(context.Context
 	if lost || !r.a.inFn.Load() {
 		cause := l.Err()
 		if !lost {
-			cause = fmt.Errorf("%w (key %q)", errEnded, a.key)
+			cause = fmt.Errorf("%w (key %q)", errNestedEnded, a.key)
 		}
 		a.lostOwn = true
 		if deadlineHit {
