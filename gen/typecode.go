@@ -18,7 +18,8 @@ var fixedImports = []string{"context", "fmt", "strconv", "time", leasePkg}
 
 // importName returns the name the generated file imports path under,
 // assigning one on first use: the package's own name, numbered if another
-// import or a package-level declaration already has it.
+// import, a package-level declaration or a predeclared identifier already
+// has it.
 func (g *pkgGen) importName(path, name string) string {
 	if n, ok := g.imports[path]; ok {
 		return n
@@ -32,6 +33,12 @@ func (g *pkgGen) importName(path, name string) string {
 		}
 		if _, ok := g.unseenNames[s]; ok {
 			return true // declared by an internal test file or a file of another platform, compiled with the output there
+		}
+		if types.Universe.Lookup(s) != nil {
+			// A package named error, len or string: imported under its
+			// own name it would hide the predeclared one in the whole file
+			// (TestAdversary63c_ImportNamedLikePredeclared).
+			return true
 		}
 		return g.pkg.Types != nil && g.pkg.Types.Scope().Lookup(s) != nil
 	}
