@@ -597,7 +597,10 @@ func (d deferredErr) forgiven(own, depNames map[string]map[string]bool, deps map
 	return false
 }
 
-var missingRE = regexp.MustCompile(`^(?:undefined: (?:(\w+)\.)?(\w+)$|.*has no field or method (\w+)\b)`)
+// A type that lacks a wrapper as a method (missing method X) does not
+// implement an interface the wrapper satisfies: a service registered
+// with its wrappers (TestAdversary63c_WrapperSatisfiesInterface).
+var missingRE = regexp.MustCompile(`^(?:undefined: (?:(\w+)\.)?(\w+)$|.*(?:has no field or method|\(missing method) (\w+)\b)`)
 
 // missing returns the undefined identifier a type error complains about
 // (with the import name it is qualified by, or that it is a missing field
