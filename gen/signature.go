@@ -34,7 +34,72 @@ func (g *pkgGen) checkShape(pos token.Pos, what string, sig *types.Signature) bo
 		g.errorf(pos, "%s: a leased function returns error as its last result (lease errors are returned there)", what)
 		ok = false
 	}
+	for _, vs := range [][]*types.Var{tupleVars(sig.Params()), tupleVars(sig.Results())} {
+		for _, v := range vs {
+			if !hasInvalid(v.Type()) {
+				continue
+			}
+			// A type the checker could not resolve, whose error the run
+			// forgave as a name it generates (undefined: Charge, with a
+			// wrapper Charge): a wrapper is a function, not a type, and
+			// the wrapper could only write "invalid type"
+			// (TestAdversary63c_ForgivenUndefinedInType).
+			g.errorf(v.Pos(), "%s: the type of %s is undefined in the code as written (a name leasegen generates for a directive is a function, not a type): leasegen cannot write it into the wrapper", what, varName(v))
+			ok = false
+		}
+	}
 	return ok
+}
+
+// varName names a parameter or result in an error.
+func varName(v *types.Var) string {
+	if v.Name() == "" || v.Name() == "_" {
+		return "an unnamed parameter or result"
+	}
+	return v.Name()
+}
+
+// hasInvalid reports whether t is, or is built from, a type the checker
+// could not resolve. A named type is looked at for its type arguments
+// only: its own declaration checked (or failed) where it was declared.
+func hasInvalid(t types.Type) bool {
+	switch t := t.(type) {
+	case *types.Basic:
+		return t.Kind() == types.Invalid
+	case *types.Alias:
+		return hasInvalid(types.Unalias(t))
+	case *types.Pointer:
+		return hasInvalid(t.Elem())
+	case *types.Slice:
+		return hasInvalid(t.Elem())
+	case *types.Array:
+		return hasInvalid(t.Elem())
+	case *types.Chan:
+		return hasInvalid(t.Elem())
+	case *types.Map:
+		return hasInvalid(t.Key()) || hasInvalid(t.Elem())
+	case *types.Signature:
+		for _, vs := range [][]*types.Var{tupleVars(t.Params()), tupleVars(t.Results())} {
+			for _, v := range vs {
+				if hasInvalid(v.Type()) {
+					return true
+				}
+			}
+		}
+	case *types.Struct:
+		for i := range t.NumFields() {
+			if hasInvalid(t.Field(i).Type()) {
+				return true
+			}
+		}
+	case *types.Named:
+		for i := range t.TypeArgs().Len() {
+			if hasInvalid(t.TypeArgs().At(i)) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 func recvType(n *types.Named, ptr bool) types.Type {
