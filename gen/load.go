@@ -110,6 +110,7 @@ func load(dir string, fset *token.FileSet, patterns []string) ([]*packages.Packa
 			continue // list errors are reported as they are
 		}
 		var cgo []string
+		cgoPos := "-" // the first import "C", where the refusal is reported
 		for _, name := range r.GoFiles {
 			var pf *parsedFile
 			if v, ok := parsed.Load(name); ok {
@@ -132,6 +133,9 @@ func load(dir string, fset *token.FileSet, patterns []string) ([]*packages.Packa
 				path, _ := strconv.Unquote(imp.Path.Value)
 				switch {
 				case path == "C":
+					if len(cgo) == 0 {
+						cgoPos = fset.Position(imp.Path.Pos()).String() // as refuseCgo's
+					}
 					cgo = append(cgo, filepath.Base(name))
 				case path != "unsafe" && deps[path] == nil && !slices.Contains(missed, path):
 					missed = append(missed, path)
@@ -144,8 +148,8 @@ func load(dir string, fset *token.FileSet, patterns []string) ([]*packages.Packa
 			// Generate), so that ./... passes over it.
 			cgoOnly[r] = true
 		case len(cgo) > 0:
-			r.Errors = append(r.Errors, packages.Error{Pos: "-", Kind: packages.ListError,
-				Msg: fmt.Sprintf("%s uses cgo (%s): leasegen reads packages without cgo", r.PkgPath, strings.Join(cgo, ", "))})
+			r.Errors = append(r.Errors, packages.Error{Pos: cgoPos, Kind: packages.ListError,
+				Msg: fmt.Sprintf("lease: package %s uses cgo (%s): leasegen reads packages without cgo; move the leased functions to a package without cgo", r.PkgPath, strings.Join(cgo, ", "))})
 		}
 	}
 	if len(missed) > 0 {
