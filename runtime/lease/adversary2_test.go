@@ -1473,6 +1473,7 @@ func TestAdversary2_RestartLosesQueue(t *testing.T) {
 // calls' return), no kept lease is still held once the background
 // releases had time to run.
 func TestAdversary2_CloseRacingKeepLeavesLeaseHeld(t *testing.T) {
+	t.Parallel()
 	direct := shared.Client(t)
 	leftover := 0
 	const trials = 30

@@ -36,6 +36,7 @@ func adv56ShortDial(o *redis.FailoverOptions) { o.DialTimeout = 300 * time.Milli
 // overlap only when one was reported lost; every error is in a documented
 // class.
 func TestAdversary56_SentinelPausedPrimary(t *testing.T) {
+	t.Parallel()
 	sn := leasetest.StartSentinel(t)
 	ctx := context.Background()
 	old, err := sn.Primary(ctx)

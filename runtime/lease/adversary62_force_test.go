@@ -102,6 +102,7 @@ func (h *adv62Operator) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 // tombstone was gone (adversary round 62). The release script now reads
 // the remaining TTL itself.
 func TestAdversary62_ForceReleaseRenewedAfterTheRead(t *testing.T) {
+	t.Parallel()
 	srv := leasetest.StartRedis(t)
 	admin := srv.Client(t)
 	var drop atomic.Bool

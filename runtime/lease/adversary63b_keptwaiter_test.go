@@ -29,6 +29,7 @@ import (
 // lease (every reuse trusts the live channel and extends the keep), and the
 // waiter in the other Client waits out its whole Wait and gets ErrBusy.
 func TestAdversary63b_KeeperMissesWaiterInShortBlackhole(t *testing.T) {
+	t.Parallel()
 	srv := leasetest.StartRedis(t)
 	p := leasetest.StartProxy(t, srv.Addr())
 	krdb := redis.NewClient(&redis.Options{Addr: p.Addr(), ContextTimeoutEnabled: true})
