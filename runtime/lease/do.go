@@ -10,6 +10,7 @@ import (
 	"math"
 	"runtime"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 )
@@ -161,6 +162,13 @@ type call struct {
 	lostOwn bool            // the call returns its own lease's loss (EventDone's Lost)
 	inFn    atomic.Bool     // fn is running (nested calls may reuse the lease)
 	lctx    context.Context // fn's context without the lease value (see reenter)
+	// endCause is fn's context's cause once the call returned (see
+	// endedErr); nested are the nested calls reusing the lease, told of
+	// the loss first when the call returns under them (see endNested).
+	endCause endedErr
+	nestMu   sync.Mutex
+	nested   map[*call]context.CancelCauseFunc
+	nestedN  atomic.Int32
 
 	// fn's contexts (makeContexts), its context with the lease (run), and
 	// the release's context, allocated with the call.
@@ -458,18 +466,69 @@ func (r *leaseRef) reusable() bool {
 // that was not reusable.
 var errNotReusable = errors.New("lease: the enclosing lease is no longer reusable")
 
-// errEnded is the cause of fn's context when its call returns, and
-// Lease.Err's once the call has returned without a loss. It is not a loss
-// (no ErrLost): a context fn let escape, used after a clean return, must
-// not make a later call on it claim the work ran unprotected
-// (TestAdversary63a_EscapedCtxAfterCleanReturnIsNotLost). A nested call
-// still running under the lease then is told of a loss (errNestedEnded).
-var errEnded = errors.New("lease: the call holding the lease returned")
+// endedErr is the cause of fn's context when its call returns. It is
+// not a loss (no ErrLost) unless the call's end finds one (the release
+// finds the key no longer ours, a kept lease's check finds it gone): a
+// context fn let escape, used after a clean return, must not make a later
+// call on it claim the work ran unprotected
+// (TestAdversary63a_EscapedCtxAfterCleanReturnIsNotLost), and one used
+// after a loss found at the end must (TestAdversary64a_ReleaseFoundLossFnCauseIsLoss).
+// The context ends before the release (nested calls stop first), so the
+// loss found after it is added here: errors.Is looks at it through
+// Unwrap.
+type endedErr struct {
+	loss atomic.Value // error: the loss the call's end found
+}
+
+func (e *endedErr) Unwrap() error {
+	err, _ := e.loss.Load().(error)
+	return err
+}
+
+func (e *endedErr) Error() string {
+	if err := e.Unwrap(); err != nil {
+		return "lease: the call holding the lease returned, and its end found the lease lost: " + err.Error()
+	}
+	return "lease: the call holding the lease returned"
+}
+
+// errEnded is Lease.Err once the lease's call has returned without a loss.
+var errEnded error = &endedErr{}
 
 // errNestedEnded is the loss a nested call reusing the lease (from a
 // goroutine its enclosing call started) reports when that call returned
 // while it ran: the lease was released, or kept for later calls, under it.
 var errNestedEnded = fmt.Errorf("%w: the call holding the lease returned while this nested call used it", ErrLost)
+
+// addNested records n, a nested call reusing a's lease, with the cancel
+// of its function's context; endNested ends those still running when a
+// returns, with a loss, before a's own context ends (a nested function's
+// context is a child of a's, and would take the cause a's ends with:
+// TestAdversary64a_NestedOutlivingOuterFnCauseIsLoss).
+func (a *call) addNested(n *call, cancel context.CancelCauseFunc) {
+	a.nestMu.Lock()
+	if a.nested == nil {
+		a.nested = map[*call]context.CancelCauseFunc{}
+	}
+	a.nested[n] = cancel
+	a.nestedN.Add(1)
+	a.nestMu.Unlock()
+}
+
+func (a *call) dropNested(n *call) {
+	a.nestMu.Lock()
+	delete(a.nested, n)
+	a.nestedN.Add(-1)
+	a.nestMu.Unlock()
+}
+
+func (a *call) endNested() {
+	a.nestMu.Lock()
+	defer a.nestMu.Unlock()
+	for n, cancel := range a.nested {
+		cancel(fmt.Errorf("%w (key %q)", errNestedEnded, n.key))
+	}
+}
 
 // reenter runs fn under l, the enclosing call's lease on the same key. The
 // nested spec's Fence, MinValidity, HoldMin and Deadline apply; fn is
@@ -484,10 +543,13 @@ func (a *call) reenter(ctx context.Context, r *leaseRef, fn func(context.Context
 	// with context.WithoutCancel): follow l's own context.
 	ictx, cancel := context.WithCancelCause(ctx)
 	lctx := r.a.lctx
+	r.a.addNested(a, cancel)
+	defer r.a.dropNested(a)
 	stop := context.AfterFunc(lctx, func() {
 		cause := context.Cause(lctx)
-		if cause == errEnded {
-			// The enclosing call returned under this one: to it, a loss.
+		if _, ok := cause.(*endedErr); ok {
+			// The enclosing call returned under this one: to it, a loss
+			// (told already by endNested, unless it came in between).
 			cause = fmt.Errorf("%w (key %q)", errNestedEnded, a.key)
 		}
 		cancel(cause)

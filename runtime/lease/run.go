@@ -58,7 +58,10 @@ func (a *call) run(ctx context.Context, l *Lease, fn func(context.Context) error
 			l.lose(a.lossCause(l, "the function returned after the lease's validity ended"))
 		}
 		deadlineHit := !a.unbounded && budgetEnded(ctx, dctx, a.end.Add(-a.reserve), now)
-		cancelLost(errEnded) // first: dctx and nested calls inherit this cause
+		if a.nestedN.Load() > 0 {
+			a.endNested() // nested calls still running: a loss to them
+		}
+		cancelLost(&a.endCause) // first: dctx and nested calls inherit this cause
 		cancelDeadline()
 		if entered && returned && !l.isLost() && a.c.keep(l, a) {
 			// Kept (Spec.Keep): renewed, released later or reused. Lost
@@ -67,6 +70,7 @@ func (a *call) run(ctx context.Context, l *Lease, fn func(context.Context) error
 			// so forget it here too; its EventLost precedes EventDone.
 			if l.awaitReport() {
 				a.c.dropKept(l)
+				a.endCause.loss.Store(l.Err())
 			}
 			if deadlineHit {
 				// Kept, but the budget ran out while fn ran: the caller
@@ -123,6 +127,9 @@ func (a *call) run(ctx context.Context, l *Lease, fn func(context.Context) error
 			l.lose(fmt.Errorf("%w: key %q: at release, %s", ErrLost, a.key, what))
 		}
 		lost := l.awaitReport() // EventLost before the call's EventDone
+		if lost {
+			a.endCause.loss.Store(l.Err()) // found at the end: fn's context's cause says so too
+		}
 		if !returned {
 			return // fn panicked: the panic goes on after the cleanup
 		}
