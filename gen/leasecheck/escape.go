@@ -30,11 +30,13 @@ import (
 // g.Go and sync.WaitGroup.Go start no go statement of the function and
 // pass: their Wait is the caller's business.
 func checkEscape(pass *analysis.Pass, r *reporter, ps []gen.Protected) {
+	var decls map[*types.Func]*ast.FuncDecl // built on the first goroutine that needs it
 	for _, p := range ps {
 		if p.Decl.Body == nil {
 			continue
 		}
 		var g *cfg.CFG // built on the first goroutine that needs it
+		lits := map[*ast.FuncLit]*cfg.CFG{}
 		lctx := leaseContexts(pass.TypesInfo, p.Decl)
 		ast.Inspect(p.Decl.Body, func(n ast.Node) bool {
 			what := "goroutine uses %s's lease context and may outlive the lease"
@@ -49,14 +51,32 @@ func checkEscape(pass *analysis.Pass, r *reporter, ps []gen.Protected) {
 				st = &ast.GoStmt{Go: call.Pos(), Call: &ast.CallExpr{Fun: call.Args[1], Lparen: call.Lparen, Rparen: call.Rparen}}
 				what = "time.AfterFunc's function uses %s's lease context and may run after the lease ends"
 			}
-			if !usesAny(pass.TypesInfo, st.Call, lctx) {
+			if !goUses(pass.TypesInfo, st.Call, lctx) {
 				return true
 			}
-			if g == nil {
-				g = cfg.New(p.Decl.Body, mayReturn(pass.TypesInfo))
+			if decls == nil {
+				decls = funcDecls(pass)
 			}
-			if sig := signals(pass.TypesInfo, st); len(sig) > 0 && awaited(pass.TypesInfo, g, p.Decl.Body, st, sig, spawnLoop(p.Decl.Body, st)) {
-				return true
+			if sig := signals(pass.TypesInfo, decls, st); len(sig) > 0 {
+				// A closure that waits for its own goroutine before it
+				// returns (a fan-out inside an errgroup task, a helper that
+				// returns <-errc) leaves none running when it returns; a
+				// closure run as a goroutine is checked as one itself
+				// (TestAdversary64cEscapeWaitInsideClosure).
+				if lit := enclosingLit(p.Decl.Body, st); lit != nil {
+					if lits[lit] == nil {
+						lits[lit] = cfg.New(lit.Body, mayReturn(pass.TypesInfo))
+					}
+					if awaited(pass.TypesInfo, lits[lit], lit.Body, st, sig, spawnLoop(lit.Body, st)) {
+						return true
+					}
+				}
+				if g == nil {
+					g = cfg.New(p.Decl.Body, mayReturn(pass.TypesInfo))
+				}
+				if awaited(pass.TypesInfo, g, p.Decl.Body, st, sig, spawnLoop(p.Decl.Body, st)) {
+					return true
+				}
 			}
 			r.report(analysis.Diagnostic{Pos: st.Go, Category: "escape",
 				Message: "lease: " + fmt.Sprintf(what, p.Func.Name()) + ": wait for it before returning (sync.WaitGroup, errgroup, or a channel it closes or sends on, received before return), or explain with //lease:ignore escape <reason>"})
@@ -138,6 +158,29 @@ func leaseContexts(info *types.Info, fd *ast.FuncDecl) map[types.Object]bool {
 	return out
 }
 
+// goUses reports whether the goroutine of call runs with one of lctx:
+// its function (a literal's body, a method value's receiver) names one,
+// or an argument does. The arguments are evaluated before the goroutine
+// starts: one of a basic type (a request ID read from ctx, a length)
+// carries no context into it
+// (TestAdversary64cEscapeArgumentComputedFromContext).
+func goUses(info *types.Info, call *ast.CallExpr, lctx map[types.Object]bool) bool {
+	if usesAny(info, call.Fun, lctx) {
+		return true
+	}
+	for _, a := range call.Args {
+		if t := info.TypeOf(a); t != nil {
+			if b, ok := t.Underlying().(*types.Basic); ok && b.Kind() != types.UnsafePointer && b.Kind() != types.Invalid {
+				continue
+			}
+		}
+		if usesAny(info, a, lctx) {
+			return true
+		}
+	}
+	return false
+}
+
 // usesAny reports whether n refers to one of objs (func literals
 // included: a goroutine's body).
 func usesAny(info *types.Info, n ast.Node, objs map[types.Object]bool) bool {
@@ -153,45 +196,116 @@ func usesAny(info *types.Info, n ast.Node, objs map[types.Object]bool) bool {
 
 // signals returns what the goroutine of st signals when it is done or
 // has a result: channels it closes or sends on and WaitGroups it calls
-// Done on (from a func literal's body), or the channels and WaitGroups a
-// named function is given.
-func signals(info *types.Info, st *ast.GoStmt) map[types.Object]bool {
+// Done on, in a func literal's body or in the body of the package's
+// function or method it runs (a method closing its receiver's done
+// channel: TestAdversary64cEscapeMethodClosesReceiverChannel), and the
+// channels and WaitGroups a named function is given. A signal on a
+// parameter is one on the argument the go statement gives it
+// (go func(wg *sync.WaitGroup){ defer wg.Done() … }(&wg):
+// TestAdversary64cEscapeSignalHandedAsArgument).
+func signals(info *types.Info, decls map[*types.Func]*ast.FuncDecl, st *ast.GoStmt) map[types.Object]bool {
 	out := map[types.Object]bool{}
-	lit, ok := ast.Unparen(st.Call.Fun).(*ast.FuncLit)
-	if !ok {
+	var ftype *ast.FuncType
+	var body *ast.BlockStmt
+	if lit, ok := ast.Unparen(st.Call.Fun).(*ast.FuncLit); ok {
+		ftype, body = lit.Type, lit.Body
+	} else {
 		for _, a := range st.Call.Args {
-			if u, ok := a.(*ast.UnaryExpr); ok && u.Op == token.AND {
-				a = u.X
-			}
 			if obj := refObj(info, a); obj != nil && (isChan(obj.Type()) || isWaitGroup(obj.Type())) {
 				out[obj] = true
 			}
 		}
+		if f, _ := calleeFunc(info, st.Call); f != nil {
+			if fd := decls[f.Origin()]; fd != nil {
+				ftype, body = fd.Type, fd.Body
+			}
+		}
+	}
+	if body == nil {
 		return out
 	}
-	ast.Inspect(lit.Body, func(n ast.Node) bool {
+	// The arguments given to the parameters (none to a variadic one
+	// without ...: they arrive in a new slice).
+	args := map[types.Object]types.Object{}
+	i := 0
+	for _, field := range ftype.Params.List {
+		names := field.Names
+		if len(names) == 0 {
+			names = []*ast.Ident{nil}
+		}
+		for _, name := range names {
+			if name != nil && i < len(st.Call.Args) {
+				if _, variadic := field.Type.(*ast.Ellipsis); !variadic || st.Call.Ellipsis.IsValid() {
+					if obj := info.Defs[name]; obj != nil {
+						args[obj] = refObj(info, st.Call.Args[i])
+					}
+				}
+			}
+			i++
+		}
+	}
+	add := func(obj types.Object) {
+		if obj == nil {
+			return
+		}
+		if arg, isParam := args[obj]; isParam {
+			obj = arg // nil: an argument that names no variable
+		}
+		if obj != nil {
+			out[obj] = true
+		}
+	}
+	ast.Inspect(body, func(n ast.Node) bool {
 		switch n := n.(type) {
 		case *ast.SendStmt:
-			if obj := refObj(info, n.Chan); obj != nil {
-				out[obj] = true
-			}
+			add(refObj(info, n.Chan))
 		case *ast.CallExpr:
 			if id, ok := ast.Unparen(n.Fun).(*ast.Ident); ok && id.Name == "close" && len(n.Args) == 1 {
 				if _, builtin := info.Uses[id].(*types.Builtin); builtin {
-					if obj := refObj(info, n.Args[0]); obj != nil {
-						out[obj] = true
-					}
+					add(refObj(info, n.Args[0]))
 				}
 			}
 			if sel, ok := ast.Unparen(n.Fun).(*ast.SelectorExpr); ok && sel.Sel.Name == "Done" {
 				if obj := refObj(info, sel.X); obj != nil && isWaitGroup(obj.Type()) {
-					out[obj] = true
+					add(obj)
 				}
 			}
 		}
 		return true
 	})
 	return out
+}
+
+// funcDecls maps the package's functions and methods to their
+// declarations.
+func funcDecls(pass *analysis.Pass) map[*types.Func]*ast.FuncDecl {
+	out := map[*types.Func]*ast.FuncDecl{}
+	for _, f := range pass.Files {
+		for _, d := range f.Decls {
+			if fd, ok := d.(*ast.FuncDecl); ok && fd.Body != nil {
+				if obj, ok := pass.TypesInfo.Defs[fd.Name].(*types.Func); ok {
+					out[obj] = fd
+				}
+			}
+		}
+	}
+	return out
+}
+
+// enclosingLit returns the innermost func literal in body around st, or
+// nil.
+func enclosingLit(body *ast.BlockStmt, st *ast.GoStmt) *ast.FuncLit {
+	var lit *ast.FuncLit
+	ast.Inspect(body, func(n ast.Node) bool {
+		if n == nil || n.Pos() > st.Pos() || n.End() < st.End() {
+			return false
+		}
+		if l, ok := n.(*ast.FuncLit); ok {
+			lit = l
+		}
+		return true
+	})
+	return lit
 }
 
 // spawnLoop returns the one loop around st in body ("" if none, if nested,
@@ -284,11 +398,21 @@ func awaited(info *types.Info, g *cfg.CFG, body *ast.BlockStmt, st *ast.GoStmt, 
 	// answer and leave the rest running). Outside the loop only a Wait, a
 	// range over the channel or a matching loop (above) waits for all.
 	spawn, _ := enclosingLoop(body, st)
+	// A range over the channel that can return or break early stops
+	// receiving before the last goroutine sent: it waits for one, not all
+	// (TestAdversary64cEscapeRangeLoopEarlyExit).
+	partial := map[ast.Node]bool{}
+	ast.Inspect(body, func(n ast.Node) bool {
+		if rs, ok := n.(*ast.RangeStmt); ok && exitsEarly(rs.Body, true) {
+			partial[rs.X] = true
+		}
+		return true
+	})
 	counts := func(n ast.Node) bool {
 		if spawn == nil || spawn.Pos() <= n.Pos() && n.End() <= spawn.End() {
 			return true
 		}
-		return waitsOn(info, n, sig, isDefer(n), false) // waitsAll, into a deferred func
+		return !partial[n] && waitsOn(info, n, sig, isDefer(n), false) // waitsAll, into a deferred func
 	}
 	seen := map[*cfg.Block]bool{}
 	// escapes reports whether a path from b.Nodes[from:] reaches an exit
@@ -380,21 +504,7 @@ func loopWaits(info *types.Info, n ast.Node, sig map[types.Object]bool) bool {
 	}
 	// A return, break or goto in the loop may leave it before every
 	// goroutine was waited for (return on the first error).
-	exits := false
-	ast.Inspect(body, func(n ast.Node) bool {
-		switch n := n.(type) {
-		case *ast.FuncLit:
-			return false
-		case *ast.ReturnStmt:
-			exits = true
-		case *ast.BranchStmt:
-			if n.Tok == token.BREAK || n.Tok == token.GOTO {
-				exits = true
-			}
-		}
-		return !exits
-	})
-	if exits {
+	if exitsEarly(body, false) {
 		return false
 	}
 	for _, s := range body.List {
@@ -415,6 +525,29 @@ func loopWaits(info *types.Info, n ast.Node, sig map[types.Object]bool) bool {
 		}
 	}
 	return false
+}
+
+// exitsEarly reports whether a loop body may leave the loop before its
+// range ends: a return, break or goto (or, with labelled, a labelled
+// continue, which may continue an outer loop) outside func literals. A
+// break of a nested switch, select or loop counts too: it is not told
+// apart.
+func exitsEarly(body *ast.BlockStmt, labelled bool) bool {
+	exits := false
+	ast.Inspect(body, func(n ast.Node) bool {
+		switch n := n.(type) {
+		case *ast.FuncLit:
+			return false
+		case *ast.ReturnStmt:
+			exits = true
+		case *ast.BranchStmt:
+			if n.Tok == token.BREAK || n.Tok == token.GOTO || labelled && n.Tok == token.CONTINUE && n.Label != nil {
+				exits = true
+			}
+		}
+		return !exits
+	})
+	return exits
 }
 
 // continues reports whether s may continue the loop whose body it is in:
