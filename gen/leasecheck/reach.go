@@ -29,14 +29,31 @@ func checkUnreachedTokens(pass *analysis.Pass, r *reporter, ps []gen.Protected, 
 	for _, p := range ps {
 		protected[p.Func] = p
 	}
+	// The package's interfaces are not only its named package-level ones:
+	// a struct field's inline interface{ put(ctx) error }, a generic
+	// constraint, a type declared in a function
+	// (TestAdversary64cFenceInlineInterfaceUnreached). Every type
+	// expression of the package is in TypesInfo.Types. Exported methods
+	// are roots anyway; an unexported one can only implement interfaces
+	// declared in this package.
 	ifaceMethods := map[string]bool{}
-	for _, name := range pass.Pkg.Scope().Names() {
-		if tn, ok := pass.Pkg.Scope().Lookup(name).(*types.TypeName); ok {
-			if it, ok := tn.Type().Underlying().(*types.Interface); ok {
-				for i := range it.NumMethods() {
-					ifaceMethods[it.Method(i).Name()] = true
+	addIface := func(t types.Type) {
+		if it, ok := t.Underlying().(*types.Interface); ok {
+			for i := range it.NumMethods() {
+				if m := it.Method(i); m.Exported() || m.Pkg() == pass.Pkg {
+					ifaceMethods[m.Name()] = true
 				}
 			}
+		}
+	}
+	for _, name := range pass.Pkg.Scope().Names() {
+		if tn, ok := pass.Pkg.Scope().Lookup(name).(*types.TypeName); ok {
+			addIface(tn.Type())
+		}
+	}
+	for _, tv := range pass.TypesInfo.Types {
+		if tv.IsType() {
+			addIface(tv.Type)
 		}
 	}
 
