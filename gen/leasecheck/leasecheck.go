@@ -101,7 +101,7 @@ func run(pass *analysis.Pass) (any, error) {
 	checkFence(pass, r, chk.Protected)
 	checkUnreachedTokens(pass, r, chk.Protected, generated)
 	checkEscape(pass, r, chk.Protected)
-	checkOrder(pass, r, chk.Protected)
+	checkOrder(pass, r, chk.Protected, generated)
 	r.unused()
 	return nil, nil
 }
@@ -139,8 +139,22 @@ func checkStale(pass *analysis.Pass, chk *gen.Checked) {
 	if err != nil {
 		content, err = os.ReadFile(name)
 	}
-	if err != nil || bytes.Equal(content, chk.Output) {
+	if err != nil {
 		return
+	}
+	// A checkout with CRLF line endings (git core.autocrlf, the default on
+	// Windows) holds the same Go source: compare the text, and write the
+	// fix in the endings the file has (TestAdversary64cStaleCRLFCheckout).
+	crlf := bytes.Contains(content, []byte("\r\n"))
+	if crlf {
+		content = bytes.ReplaceAll(content, []byte("\r\n"), []byte("\n"))
+	}
+	if bytes.Equal(content, chk.Output) {
+		return
+	}
+	fixed := chk.Output
+	if crlf {
+		fixed = bytes.ReplaceAll(fixed, []byte("\n"), []byte("\r\n"))
 	}
 	tf := pass.Fset.File(existing.Pos())
 	pass.Report(analysis.Diagnostic{
@@ -148,7 +162,7 @@ func checkStale(pass *analysis.Pass, chk *gen.Checked) {
 		Message: fmt.Sprintf("lease: %s is stale: the directives or signatures changed since it was generated; run go generate", filepath.Base(name)),
 		SuggestedFixes: []analysis.SuggestedFix{{
 			Message:   "regenerate " + filepath.Base(name),
-			TextEdits: []analysis.TextEdit{{Pos: token.Pos(tf.Base()), End: token.Pos(tf.Base() + tf.Size()), NewText: chk.Output}},
+			TextEdits: []analysis.TextEdit{{Pos: token.Pos(tf.Base()), End: token.Pos(tf.Base() + tf.Size()), NewText: fixed}},
 		}},
 	})
 }
@@ -534,21 +548,44 @@ func paramObj(info *types.Info, fd *ast.FuncDecl, i int) types.Object {
 
 // checkOrder finds protected functions whose bodies call each other's
 // wrappers: A holding its lease takes B's, and B holding its lease takes
-// A's. Each waits for the other until its wait runs out.
-func checkOrder(pass *analysis.Pass, r *reporter, ps []gen.Protected) {
+// A's. Each waits for the other until its wait runs out. A wrapper called
+// by a package function that the body calls (directly or through others)
+// is taken under the lease too (A → settle → B:
+// TestAdversary64cOrderThroughHelper); calls through func values and
+// interfaces are not followed.
+func checkOrder(pass *analysis.Pass, r *reporter, ps []gen.Protected, generated map[*ast.File]bool) {
 	byWrapper := map[string]gen.Protected{}
 	for _, p := range ps {
 		byWrapper[wrapperKey(p.Func, p.Wrapper)] = p
 	}
+	// The package's own functions, not the generated wrappers: a wrapper
+	// call is an edge, not a path to follow.
+	decls := map[*types.Func]*ast.FuncDecl{}
+	for _, f := range pass.Files {
+		if generated[f] {
+			continue
+		}
+		for _, d := range f.Decls {
+			if fd, ok := d.(*ast.FuncDecl); ok && fd.Body != nil {
+				if obj, ok := pass.TypesInfo.Defs[fd.Name].(*types.Func); ok {
+					decls[obj] = fd
+				}
+			}
+		}
+	}
 	type edge struct {
 		from, to *types.Func
 		pos      token.Pos
+		via      string // the function called at pos that takes to's lease, if not to's wrapper
 	}
 	edges := map[[2]*types.Func]edge{}
 	for _, p := range ps {
 		if p.Decl.Body == nil {
 			continue
 		}
+		// Direct wrapper calls first: an edge is placed at one of them
+		// when there is one.
+		var helpers []edge // functions the body calls, at the call
 		ast.Inspect(p.Decl.Body, func(n ast.Node) bool {
 			call, ok := n.(*ast.CallExpr)
 			if !ok {
@@ -558,25 +595,60 @@ func checkOrder(pass *analysis.Pass, r *reporter, ps []gen.Protected) {
 			if f == nil {
 				return true
 			}
-			if q, ok := byWrapper[wrapperKey(f, f.Name())]; ok && q.Func != p.Func {
-				k := [2]*types.Func{p.Func, q.Func}
-				if _, seen := edges[k]; !seen {
-					edges[k] = edge{p.Func, q.Func, id.Pos()}
+			if q, ok := byWrapper[wrapperKey(f, f.Name())]; ok {
+				if k := [2]*types.Func{p.Func, q.Func}; q.Func != p.Func && edges[k].from == nil {
+					edges[k] = edge{p.Func, q.Func, id.Pos(), ""}
 				}
+			} else if decls[f.Origin()] != nil && f.Origin() != p.Func {
+				helpers = append(helpers, edge{p.Func, f.Origin(), id.Pos(), f.Name()})
 			}
 			return true
 		})
+		seen := map[*types.Func]bool{p.Func: true}
+		for _, h := range helpers {
+			work := []*types.Func{h.to}
+			for len(work) > 0 {
+				fn := work[len(work)-1]
+				work = work[:len(work)-1]
+				if seen[fn] {
+					continue
+				}
+				seen[fn] = true
+				ast.Inspect(decls[fn].Body, func(n ast.Node) bool {
+					call, ok := n.(*ast.CallExpr)
+					if !ok {
+						return true
+					}
+					f, _ := calleeFunc(pass.TypesInfo, call)
+					if f == nil {
+						return true
+					}
+					if q, ok := byWrapper[wrapperKey(f, f.Name())]; ok {
+						if k := [2]*types.Func{p.Func, q.Func}; q.Func != p.Func && edges[k].from == nil {
+							edges[k] = edge{p.Func, q.Func, h.pos, h.via}
+						}
+					} else if decls[f.Origin()] != nil && !seen[f.Origin()] {
+						work = append(work, f.Origin())
+					}
+					return true
+				})
+			}
+		}
 	}
 	for k, e := range edges {
 		back, ok := edges[[2]*types.Func{k[1], k[0]}]
 		if !ok {
 			continue
 		}
+		through := ""
+		if e.via != "" {
+			through = " (through " + e.via + ")"
+		}
 		// Both ends are in this package's directory: the file's name
 		// places the other end (a full path would be absolute).
 		at := pass.Fset.Position(back.pos)
 		r.report(analysis.Diagnostic{Pos: e.pos, Category: "order",
-			Message: fmt.Sprintf("lease: lock-order inversion: %s takes %s's lease while holding its own, and %s does the opposite (at %s:%d:%d): take them in one order", e.from.Name(), e.to.Name(), e.to.Name(), filepath.Base(at.Filename), at.Line, at.Column)})
+			Message: fmt.Sprintf("lease: lock-order inversion: %s takes %s's lease%s while holding its own, and %s does the opposite (at %s:%d:%d): take them in one order", e.from.Name(), e.to.Name(), through, e.to.Name(), filepath.Base(at.Filename), at.Line, at.Column)})
 	}
 }
 
