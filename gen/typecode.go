@@ -34,10 +34,12 @@ func (g *pkgGen) importName(path, name string) string {
 		if _, ok := g.unseenNames[s]; ok {
 			return true // declared by an internal test file or a file of another platform, compiled with the output there
 		}
-		if types.Universe.Lookup(s) != nil {
+		if types.Universe.Lookup(s) != nil || s == "init" {
 			// A package named error, len or string: imported under its
 			// own name it would hide the predeclared one in the whole file
-			// (TestAdversary63c_ImportNamedLikePredeclared).
+			// (TestAdversary63c_ImportNamedLikePredeclared). A package
+			// named init cannot be imported under that name at all
+			// (TestAdversary64b_ImportNamedInit).
 			return true
 		}
 		return g.pkg.Types != nil && g.pkg.Types.Scope().Lookup(s) != nil
