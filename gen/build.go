@@ -27,6 +27,7 @@ type pkgGen struct {
 	pos         map[*templates.Wrapper]token.Pos
 	names       map[string]token.Pos // wrapper names declared by this run, per scope
 	decorators  map[token.Pos]string // of names, those declared for a decorator: its interface
+	typeNames   map[string]bool      // of names, the types this run declares (decorator structs)
 	generated   map[string]bool      // files written by leasegen (skipped)
 	imports     map[string]string    // the generated file's import names: path -> name
 	importPaths map[string]string    // and back: name -> path
@@ -340,6 +341,10 @@ func (g *pkgGen) funcWrapper(fd *ast.FuncDecl, raw *directive.Directive) *templa
 			t, recvPtr = types.Unalias(p.Elem()), true
 		}
 		recvNamed, _ = t.(*types.Named)
+		if recvNamed == nil && hasInvalid(t) {
+			g.errorf(fd.Name.Pos(), "%s: the receiver's type is undefined in the code as written (a name leasegen generates for a directive is a function, not a type)", fd.Name.Name)
+			return nil
+		}
 		if recvNamed == nil || recvNamed.TypeParams().Len() > 0 {
 			g.errorf(fd.Name.Pos(), "%s: methods of generic types are not supported (wrap a function instead)", fd.Name.Name)
 			return nil

@@ -143,6 +143,10 @@ func (g *pkgGen) decorator(ts *ast.TypeSpec, it *ast.InterfaceType) *templates.D
 			return nil
 		}
 	}
+	if g.typeNames == nil {
+		g.typeNames = map[string]bool{}
+	}
+	g.typeNames[dec.Struct] = true
 	ok := true
 	for i := range iface.NumMethods() {
 		m := iface.Method(i)

@@ -34,6 +34,12 @@ func (g *pkgGen) checkShape(pos token.Pos, what string, sig *types.Signature) bo
 		g.errorf(pos, "%s: a leased function returns error as its last result (lease errors are returned there)", what)
 		ok = false
 	}
+	for i := range sig.TypeParams().Len() {
+		if tp := sig.TypeParams().At(i); hasInvalid(tp.Constraint()) {
+			g.errorf(tp.Obj().Pos(), "%s: the constraint of type parameter %s is undefined in the code as written (a name leasegen generates for a directive is a function, not a type)", what, tp.Obj().Name())
+			ok = false
+		}
+	}
 	for _, vs := range [][]*types.Var{tupleVars(sig.Params()), tupleVars(sig.Results())} {
 		for _, v := range vs {
 			if !hasInvalid(v.Type()) {
@@ -44,7 +50,7 @@ func (g *pkgGen) checkShape(pos token.Pos, what string, sig *types.Signature) bo
 			// wrapper Charge): a wrapper is a function, not a type, and
 			// the wrapper could only write "invalid type"
 			// (TestAdversary63c_ForgivenUndefinedInType).
-			g.errorf(v.Pos(), "%s: the type of %s is undefined in the code as written (a name leasegen generates for a directive is a function, not a type): leasegen cannot write it into the wrapper", what, varName(v))
+			g.errorf(v.Pos(), "%s: the type of %s is undefined in the code as written: leasegen cannot write it into the wrapper (a wrapper it generates is a function, not a type, and a decorator type it generates cannot appear in a leased signature)", what, varName(v))
 			ok = false
 		}
 	}
@@ -92,6 +98,25 @@ func hasInvalid(t types.Type) bool {
 				return true
 			}
 		}
+	case *types.Interface:
+		for i := range t.NumExplicitMethods() {
+			if hasInvalid(t.ExplicitMethod(i).Type()) {
+				return true
+			}
+		}
+		for i := range t.NumEmbeddeds() {
+			if hasInvalid(t.EmbeddedType(i)) {
+				return true
+			}
+		}
+	case *types.Union:
+		for i := range t.Len() {
+			if hasInvalid(t.Term(i).Type()) {
+				return true
+			}
+		}
+	case *types.TypeParam:
+		return false // its constraint is checked with the signature's type parameters
 	case *types.Named:
 		for i := range t.TypeArgs().Len() {
 			if hasInvalid(t.TypeArgs().At(i)) {
