@@ -28,6 +28,7 @@ type pkgGen struct {
 	names       map[string]token.Pos // wrapper names declared by this run, per scope
 	decorators  map[token.Pos]string // of names, those declared for a decorator: its interface
 	typeNames   map[string]bool      // of names, the types this run declares (decorator structs)
+	ptrMethods  map[string]bool      // of names, the methods (Recv.Name) with a pointer receiver
 	generated   map[string]bool      // files written by leasegen (skipped)
 	imports     map[string]string    // the generated file's import names: path -> name
 	importPaths map[string]string    // and back: name -> path
@@ -376,6 +377,12 @@ func (g *pkgGen) funcWrapper(fd *ast.FuncDecl, raw *directive.Directive) *templa
 	}
 	if !g.declare(namePos, w.Name, recvNamed, "") {
 		return nil
+	}
+	if recvNamed != nil && recvPtr {
+		if g.ptrMethods == nil {
+			g.ptrMethods = map[string]bool{}
+		}
+		g.ptrMethods[recvNamed.Obj().Name()+"."+w.Name] = true
 	}
 
 	// Type text first: it names the imports, which no parameter may shadow.
