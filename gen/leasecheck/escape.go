@@ -5,6 +5,8 @@ import (
 	"go/ast"
 	"go/token"
 	"go/types"
+	"slices"
+	"strings"
 
 	"golang.org/x/tools/go/analysis"
 	"golang.org/x/tools/go/cfg"
@@ -63,16 +65,22 @@ func checkEscape(pass *analysis.Pass, r *reporter, ps []gen.Protected) {
 				// returns <-errc) leaves none running when it returns; a
 				// closure run as a goroutine is checked as one itself
 				// (TestAdversary64cEscapeWaitInsideClosure).
-				if lit := enclosingLit(p.Decl.Body, st); lit != nil {
+				if g == nil {
+					g = cfg.New(p.Decl.Body, mayReturn(pass.TypesInfo))
+				}
+				// Only where the closure itself has returned before the
+				// function does: called in place (or deferred), through a
+				// local variable only ever called so, or run by an
+				// errgroup's or WaitGroup's Go that every path waits for;
+				// not one run by go, or by a Go never waited for
+				// (TestAdversary65aEscapeClosureRunAsynchronously).
+				if lit := enclosingLit(p.Decl.Body, st); lit != nil && closureDone(pass.TypesInfo, g, p.Decl.Body, lit) {
 					if lits[lit] == nil {
 						lits[lit] = cfg.New(lit.Body, mayReturn(pass.TypesInfo))
 					}
 					if awaited(pass.TypesInfo, lits[lit], lit.Body, st, sig, spawnLoop(lit.Body, st)) {
 						return true
 					}
-				}
-				if g == nil {
-					g = cfg.New(p.Decl.Body, mayReturn(pass.TypesInfo))
 				}
 				if awaited(pass.TypesInfo, g, p.Decl.Body, st, sig, spawnLoop(p.Decl.Body, st)) {
 					return true
@@ -207,6 +215,7 @@ func signals(info *types.Info, decls map[*types.Func]*ast.FuncDecl, st *ast.GoSt
 	out := map[types.Object]bool{}
 	var ftype *ast.FuncType
 	var body *ast.BlockStmt
+	args := map[types.Object]types.Object{}
 	if lit, ok := ast.Unparen(st.Call.Fun).(*ast.FuncLit); ok {
 		ftype, body = lit.Type, lit.Body
 	} else {
@@ -218,6 +227,14 @@ func signals(info *types.Info, decls map[*types.Func]*ast.FuncDecl, st *ast.GoSt
 		if f, _ := calleeFunc(info, st.Call); f != nil {
 			if fd := decls[f.Origin()]; fd != nil {
 				ftype, body = fd.Type, fd.Body
+				// The receiver is the value the go statement names
+				// (go d.run(ctx) with run closing its receiver d:
+				// TestAdversary65aEscapeMethodSignalNotSeen).
+				if sel, ok := ast.Unparen(st.Call.Fun).(*ast.SelectorExpr); ok && fd.Recv != nil && len(fd.Recv.List) == 1 && len(fd.Recv.List[0].Names) == 1 {
+					if obj := info.Defs[fd.Recv.List[0].Names[0]]; obj != nil {
+						args[obj] = refObj(info, sel.X)
+					}
+				}
 			}
 		}
 	}
@@ -226,7 +243,6 @@ func signals(info *types.Info, decls map[*types.Func]*ast.FuncDecl, st *ast.GoSt
 	}
 	// The arguments given to the parameters (none to a variadic one
 	// without ...: they arrive in a new slice).
-	args := map[types.Object]types.Object{}
 	i := 0
 	for _, field := range ftype.Params.List {
 		names := field.Names
@@ -255,24 +271,41 @@ func signals(info *types.Info, decls map[*types.Func]*ast.FuncDecl, st *ast.GoSt
 			out[obj] = true
 		}
 	}
-	ast.Inspect(body, func(n ast.Node) bool {
-		switch n := n.(type) {
-		case *ast.SendStmt:
-			add(refObj(info, n.Chan))
-		case *ast.CallExpr:
-			if id, ok := ast.Unparen(n.Fun).(*ast.Ident); ok && id.Name == "close" && len(n.Args) == 1 {
-				if _, builtin := info.Uses[id].(*types.Builtin); builtin {
-					add(refObj(info, n.Args[0]))
-				}
-			}
-			if sel, ok := ast.Unparen(n.Fun).(*ast.SelectorExpr); ok && sel.Sel.Name == "Done" {
-				if obj := refObj(info, sel.X); obj != nil && isWaitGroup(obj.Type()) {
-					add(obj)
-				}
-			}
+	// The body, and the bodies of the package's functions it calls (a
+	// helper method that closes a field: defer w.finish()), whose own
+	// parameters name nothing of the caller's.
+	seen := map[*ast.BlockStmt]bool{}
+	var inspect func(b *ast.BlockStmt)
+	inspect = func(b *ast.BlockStmt) {
+		if seen[b] {
+			return
 		}
-		return true
-	})
+		seen[b] = true
+		ast.Inspect(b, func(n ast.Node) bool {
+			switch n := n.(type) {
+			case *ast.SendStmt:
+				add(refObj(info, n.Chan))
+			case *ast.CallExpr:
+				if id, ok := ast.Unparen(n.Fun).(*ast.Ident); ok && id.Name == "close" && len(n.Args) == 1 {
+					if _, builtin := info.Uses[id].(*types.Builtin); builtin {
+						add(refObj(info, n.Args[0]))
+					}
+				}
+				if sel, ok := ast.Unparen(n.Fun).(*ast.SelectorExpr); ok && sel.Sel.Name == "Done" {
+					if obj := refObj(info, sel.X); obj != nil && isWaitGroup(obj.Type()) {
+						add(obj)
+					}
+				}
+				if f, _ := calleeFunc(info, n); f != nil {
+					if fd := decls[f.Origin()]; fd != nil && len(seen) < 32 {
+						inspect(fd.Body)
+					}
+				}
+			}
+			return true
+		})
+	}
+	inspect(body)
 	return out
 }
 
@@ -290,6 +323,144 @@ func funcDecls(pass *analysis.Pass) map[*types.Func]*ast.FuncDecl {
 		}
 	}
 	return out
+}
+
+// closureDone reports whether lit, a func literal directly in body (not
+// in another literal), has returned on every path out of body: it is
+// called where it is defined (or deferred), or held by a local variable
+// that is only ever called so, or run by the Go of an errgroup.Group or
+// a sync.WaitGroup whose Wait every path reaches.
+func closureDone(info *types.Info, g *cfg.CFG, body *ast.BlockStmt, lit *ast.FuncLit) bool {
+	var stack, path []ast.Node
+	ast.Inspect(body, func(n ast.Node) bool {
+		if path != nil {
+			return false
+		}
+		if n == nil {
+			stack = stack[:len(stack)-1]
+			return true
+		}
+		stack = append(stack, n)
+		if n == lit {
+			path = slices.Clone(stack)
+			return false
+		}
+		return true
+	})
+	if len(path) < 2 {
+		return false
+	}
+	for _, n := range path[:len(path)-1] {
+		if _, ok := n.(*ast.FuncLit); ok {
+			return false // in another closure: not followed
+		}
+	}
+	parent := path[len(path)-2]
+	for i := len(path) - 2; i > 0; i-- {
+		if _, ok := parent.(*ast.ParenExpr); !ok {
+			break
+		}
+		parent = path[i-1]
+	}
+	grand := ast.Node(nil)
+	if i := slices.Index(path, parent); i > 0 {
+		grand = path[i-1]
+	}
+	// calledInPlace: a call of the closure that is not a go statement's.
+	calledInPlace := func(call *ast.CallExpr, above ast.Node) bool {
+		gs, isGo := above.(*ast.GoStmt)
+		return !isGo || gs.Call != call
+	}
+	switch p := parent.(type) {
+	case *ast.CallExpr:
+		if ast.Unparen(p.Fun) == lit {
+			return calledInPlace(p, grand)
+		}
+		// x.Go(lit): done once x.Wait() is reached on every path.
+		sel, ok := ast.Unparen(p.Fun).(*ast.SelectorExpr)
+		if !ok || sel.Sel.Name != "Go" || !isGroup(info.TypeOf(sel.X)) {
+			return false
+		}
+		x := refObj(info, sel.X)
+		if x == nil {
+			return false
+		}
+		st := &ast.GoStmt{Go: p.Pos(), Call: p}
+		return awaited(info, g, body, st, map[types.Object]bool{x: true}, spawnLoop(body, st))
+	case *ast.AssignStmt:
+		if len(p.Lhs) != 1 || len(p.Rhs) != 1 {
+			return false
+		}
+		id, ok := p.Lhs[0].(*ast.Ident)
+		if !ok {
+			return false
+		}
+		return onlyCalled(info, body, info.ObjectOf(id))
+	case *ast.ValueSpec:
+		if len(p.Names) != 1 || len(p.Values) != 1 {
+			return false
+		}
+		return onlyCalled(info, body, info.ObjectOf(p.Names[0]))
+	}
+	return false
+}
+
+// onlyCalled reports whether every use of v in body calls it, not as a
+// go statement's call (nor passes it on, nor assigns it).
+func onlyCalled(info *types.Info, body *ast.BlockStmt, v types.Object) bool {
+	if v == nil {
+		return false
+	}
+	ok := true
+	var stack []ast.Node
+	ast.Inspect(body, func(n ast.Node) bool {
+		if !ok {
+			return false
+		}
+		if n == nil {
+			stack = stack[:len(stack)-1]
+			return true
+		}
+		stack = append(stack, n)
+		id, isID := n.(*ast.Ident)
+		if !isID || info.Uses[id] != v {
+			return true
+		}
+		call, isCall := ast.Node(nil), false
+		if len(stack) >= 2 {
+			if c, is := stack[len(stack)-2].(*ast.CallExpr); is && c.Fun == id {
+				call, isCall = c, true
+			}
+		}
+		if !isCall {
+			ok = false
+			return false
+		}
+		if len(stack) >= 3 {
+			if gs, isGo := stack[len(stack)-3].(*ast.GoStmt); isGo && gs.Call == call {
+				ok = false
+			}
+		}
+		return true
+	})
+	return ok
+}
+
+// isGroup reports an errgroup.Group or a sync.WaitGroup (or a pointer to
+// one).
+func isGroup(t types.Type) bool {
+	if t == nil {
+		return false
+	}
+	if p, ok := t.Underlying().(*types.Pointer); ok {
+		t = p.Elem()
+	}
+	n, ok := types.Unalias(t).(*types.Named)
+	if !ok || n.Obj().Pkg() == nil {
+		return false
+	}
+	path, name := n.Obj().Pkg().Path(), n.Obj().Name()
+	return path == "sync" && name == "WaitGroup" || strings.HasSuffix(path, "/errgroup") && name == "Group"
 }
 
 // enclosingLit returns the innermost func literal in body around st, or
@@ -528,25 +699,41 @@ func loopWaits(info *types.Info, n ast.Node, sig map[types.Object]bool) bool {
 }
 
 // exitsEarly reports whether a loop body may leave the loop before its
-// range ends: a return, break or goto (or, with labelled, a labelled
-// continue, which may continue an outer loop) outside func literals. A
-// break of a nested switch, select or loop counts too: it is not told
-// apart.
+// range ends: a return, a goto, a labelled break, or a break outside the
+// for, range, switch and select statements nested in it (or, with
+// labelled, a labelled continue, which may continue an outer loop),
+// outside func literals. A break that leaves only a nested statement
+// does not (TestAdversary65aEscapeRangeInnerBreak).
 func exitsEarly(body *ast.BlockStmt, labelled bool) bool {
 	exits := false
-	ast.Inspect(body, func(n ast.Node) bool {
-		switch n := n.(type) {
-		case *ast.FuncLit:
-			return false
-		case *ast.ReturnStmt:
-			exits = true
-		case *ast.BranchStmt:
-			if n.Tok == token.BREAK || n.Tok == token.GOTO || labelled && n.Tok == token.CONTINUE && n.Label != nil {
-				exits = true
+	var walk func(n ast.Node, nested bool)
+	walk = func(n ast.Node, nested bool) {
+		ast.Inspect(n, func(m ast.Node) bool {
+			if exits || m == nil {
+				return false
 			}
-		}
-		return !exits
-	})
+			switch m := m.(type) {
+			case *ast.FuncLit:
+				return false
+			case *ast.ForStmt, *ast.RangeStmt, *ast.SwitchStmt, *ast.TypeSwitchStmt, *ast.SelectStmt:
+				if m != n {
+					walk(m, true) // an unlabelled break in it leaves only it
+					return false
+				}
+			case *ast.ReturnStmt:
+				exits = true
+			case *ast.BranchStmt:
+				switch {
+				case m.Tok == token.GOTO,
+					m.Tok == token.BREAK && (m.Label != nil || !nested),
+					labelled && m.Tok == token.CONTINUE && m.Label != nil:
+					exits = true
+				}
+			}
+			return !exits
+		})
+	}
+	walk(body, false)
 	return exits
 }
 

@@ -635,6 +635,30 @@ func checkOrder(pass *analysis.Pass, r *reporter, ps []gen.Protected, generated 
 			}
 		}
 	}
+	// A lease taken inside another protected function's body is taken
+	// under the caller's lease too (A → B's wrapper, B's body → C's
+	// wrapper: A holds A's lease while C's is taken), placed at A's call
+	// (TestAdversary65aOrderThroughProtectedCallee).
+	for changed := true; changed; {
+		changed = false
+		for k1, e1 := range edges {
+			for k2, e2 := range edges {
+				if k1[1] != k2[0] || k1[0] == k2[1] {
+					continue
+				}
+				k := [2]*types.Func{k1[0], k2[1]}
+				if _, ok := edges[k]; ok {
+					continue
+				}
+				via := e1.via
+				if via == "" {
+					via = e1.to.Name()
+				}
+				edges[k] = edge{e1.from, e2.to, e1.pos, via}
+				changed = true
+			}
+		}
+	}
 	for k, e := range edges {
 		back, ok := edges[[2]*types.Func{k[1], k[0]}]
 		if !ok {
