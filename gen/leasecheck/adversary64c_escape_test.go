@@ -1,18 +1,12 @@
 package leasecheck_test
 
-import (
-	"testing"
-
-	"golang.org/x/tools/go/analysis/analysistest"
-
-	"github.com/leasegen/leasegen/gen/leasecheck"
-)
+import "testing"
 
 // Adversary round 64c: the escape check. The testdata packages
 // adversary64c* were generated with leasegen in GOPATH mode over testdata
 // (cd testdata/src/adversary64cx && GO111MODULE=off GOPATH=<abs>/testdata
-// leasegen .), as the existing ones; they are not in testdataPackages
-// (shared_test.go), so each test runs its own analysistest.Run.
+// leasegen .), as the existing ones, and are checked in the shared run
+// (testdataPackages, shared_test.go).
 //
 // README (escape): "`go f(ctx)` … inside a protected function … that some
 // path leaves without waiting for it (a `sync.WaitGroup`, errgroup, or a
@@ -26,7 +20,7 @@ import (
 // caller's wg/errc; it now maps each parameter to its argument.
 func TestAdversary64cEscapeSignalHandedAsArgument(t *testing.T) {
 	t.Parallel()
-	analysistest.Run(t, analysistest.TestData(), leasecheck.Analyzer, "adversary64cescarg")
+	runShared(t, "adversary64cescarg")
 }
 
 // No finding: a goroutine started in a closure and waited for inside the
@@ -36,7 +30,7 @@ func TestAdversary64cEscapeSignalHandedAsArgument(t *testing.T) {
 // the innermost closure around the go statement first.
 func TestAdversary64cEscapeWaitInsideClosure(t *testing.T) {
 	t.Parallel()
-	analysistest.Run(t, analysistest.TestData(), leasecheck.Analyzer, "adversary64cescclosure")
+	runShared(t, "adversary64cescclosure")
 }
 
 // No finding: go w.run(ctx), where run does defer close(w.done), then
@@ -46,7 +40,7 @@ func TestAdversary64cEscapeWaitInsideClosure(t *testing.T) {
 // the package's function or method the goroutine runs.
 func TestAdversary64cEscapeMethodClosesReceiverChannel(t *testing.T) {
 	t.Parallel()
-	analysistest.Run(t, analysistest.TestData(), leasecheck.Analyzer, "adversary64cescmethod")
+	runShared(t, "adversary64cescmethod")
 }
 
 // No finding: go s.audit(reqID(ctx), id) and
@@ -56,7 +50,7 @@ func TestAdversary64cEscapeMethodClosesReceiverChannel(t *testing.T) {
 // searched for ctx; goUses now skips arguments of basic types.
 func TestAdversary64cEscapeArgumentComputedFromContext(t *testing.T) {
 	t.Parallel()
-	analysistest.Run(t, analysistest.TestData(), leasecheck.Analyzer, "adversary64cescargval")
+	runShared(t, "adversary64cescargval")
 }
 
 // Finding: README limits: "A receive loop that can return or break early
@@ -68,7 +62,7 @@ func TestAdversary64cEscapeArgumentComputedFromContext(t *testing.T) {
 // now marks ranges whose body can leave early as partial.
 func TestAdversary64cEscapeRangeLoopEarlyExit(t *testing.T) {
 	t.Parallel()
-	analysistest.Run(t, analysistest.TestData(), leasecheck.Analyzer, "adversary64cescrange")
+	runShared(t, "adversary64cescrange")
 }
 
 // Held (no finding): a waiter goroutine closing the results channel that
@@ -78,5 +72,5 @@ func TestAdversary64cEscapeRangeLoopEarlyExit(t *testing.T) {
 // lock directive and func.
 func TestAdversary64cHeld(t *testing.T) {
 	t.Parallel()
-	analysistest.Run(t, analysistest.TestData(), leasecheck.Analyzer, "adversary64cheld")
+	runShared(t, "adversary64cheld")
 }

@@ -2,10 +2,6 @@ package leasecheck_test
 
 import (
 	"testing"
-
-	"golang.org/x/tools/go/analysis/analysistest"
-
-	"github.com/leasegen/leasegen/gen/leasecheck"
 )
 
 // Adversary round 64c (was a false positive), README fence row: "`TokenFrom`/
@@ -19,5 +15,5 @@ import (
 // expression of the package.
 func TestAdversary64cFenceInlineInterfaceUnreached(t *testing.T) {
 	t.Parallel()
-	analysistest.Run(t, analysistest.TestData(), leasecheck.Analyzer, "adversary64cfence")
+	runShared(t, "adversary64cfence")
 }

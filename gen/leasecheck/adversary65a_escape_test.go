@@ -2,10 +2,6 @@ package leasecheck_test
 
 import (
 	"testing"
-
-	"golang.org/x/tools/go/analysis/analysistest"
-
-	"github.com/leasegen/leasegen/gen/leasecheck"
 )
 
 // Adversary round 65a: the escape check after round 64c. The testdata
@@ -26,7 +22,7 @@ import (
 // function returns (it is only called synchronously, or deferred).
 func TestAdversary65aEscapeClosureRunAsynchronously(t *testing.T) {
 	t.Parallel()
-	analysistest.Run(t, analysistest.TestData(), leasecheck.Analyzer, "adversary65aescasync")
+	runShared(t, "adversary65aescasync")
 }
 
 // No finding (false positive since 64c), README limits: "A receive loop
@@ -39,7 +35,7 @@ func TestAdversary65aEscapeClosureRunAsynchronously(t *testing.T) {
 // or select, and awaited marks the range partial.
 func TestAdversary65aEscapeRangeInnerBreak(t *testing.T) {
 	t.Parallel()
-	analysistest.Run(t, analysistest.TestData(), leasecheck.Analyzer, "adversary65aescinnerbreak")
+	runShared(t, "adversary65aescinnerbreak")
 }
 
 // No finding (false positive), README escape row: "a channel the
@@ -55,7 +51,7 @@ func TestAdversary65aEscapeRangeInnerBreak(t *testing.T) {
 // package's functions and methods that body calls.
 func TestAdversary65aEscapeMethodSignalNotSeen(t *testing.T) {
 	t.Parallel()
-	analysistest.Run(t, analysistest.TestData(), leasecheck.Analyzer, "adversary65aescsignal")
+	runShared(t, "adversary65aescsignal")
 }
 
 // Held (a finding each): a func literal's WaitGroup or channel parameter
@@ -64,5 +60,5 @@ func TestAdversary65aEscapeMethodSignalNotSeen(t *testing.T) {
 // received from, the goroutine is not waited for.
 func TestAdversary65aEscapeParameterMappedByPosition(t *testing.T) {
 	t.Parallel()
-	analysistest.Run(t, analysistest.TestData(), leasecheck.Analyzer, "adversary65aheld")
+	runShared(t, "adversary65aheld")
 }

@@ -27,6 +27,7 @@ var testdataPackages = []string{
 	"adv21escfaninmisc", "adv21valfp", "adv21escfp",
 	"adv31bescdefer", "adv31bfencelease", "adv31bescfanincontinue", "adv31bimporttestdecl",
 	"adv31bfencederived", "adv33afterfunc",
+	"adversary64cescarg", "adversary64cescclosure", "adversary64cescmethod", "adversary64cescargval", "adversary64cescrange", "adversary64cheld", "adversary64cfence", "adversary65aescasync", "adversary65aescinnerbreak", "adversary65aescsignal", "adversary65aheld",
 }
 
 // errorList records what analysistest reports.
