@@ -586,6 +586,11 @@ func (a *call) reenter(ctx context.Context, r *leaseRef, fn func(context.Context
 	if !r.reusable() {
 		return errNotReusable
 	}
+	if a.c.closed.Load() {
+		// Closed while this call got ready: not entered, as any call
+		// after Close.
+		return fmt.Errorf("%w: key %q", ErrClosed, a.key)
+	}
 	if left := l.Remaining(); left < a.spec.MinValidity {
 		err := fmt.Errorf("%w: key %q: the enclosing lease has %v left, the nested call needs %v", ErrLowValidity, a.key, left.Round(time.Millisecond), a.spec.MinValidity)
 		a.observe(Event{Kind: EventLowValidity, Err: err})
