@@ -23,6 +23,7 @@ import (
 // it"). The loader knows the import spec when it builds the message but
 // files it as a packages.Error with Pos "-" (gen/load.go:147).
 func TestAdversary63c_CgoRefusalPositioned(t *testing.T) {
+	t.Parallel()
 	mod := adv46Module(t)
 	adv46Write(t, mod, map[string]string{
 		"cgo/a.go": `package cgo

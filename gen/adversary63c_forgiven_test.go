@@ -35,6 +35,7 @@ import (
 // the name is used; gen/typecode.go qual.typ then falls back to
 // t.String() ("invalid type") for types.Typ[types.Invalid].
 func TestAdversary63c_ForgivenUndefinedInType(t *testing.T) {
+	t.Parallel()
 	mod := adv46Module(t)
 	adv46Write(t, mod, map[string]string{
 		"fv/p.go": `package fv

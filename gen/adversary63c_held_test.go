@@ -26,6 +26,7 @@ import (
 )
 
 func TestAdversary63cHeld(t *testing.T) {
+	t.Parallel()
 	mod := adv46Module(t)
 	adv46Write(t, mod, map[string]string{
 		"other/o.go": `package other

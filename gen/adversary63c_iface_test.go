@@ -44,6 +44,7 @@ import (
 // ... (missing method ChargeOrder)") is not (gen/gen.go:600 missingRE,
 // gen/gen.go:564 forgiven).
 func TestAdversary63c_WrapperSatisfiesInterface(t *testing.T) {
+	t.Parallel()
 	mod := adv46Module(t)
 	adv46Write(t, mod, map[string]string{
 		"svc/p.go": `package svc

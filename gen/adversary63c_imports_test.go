@@ -39,6 +39,7 @@ import (
 // Fixed when each package either generates code that builds and vets (the
 // import numbered, e.g. error1) or is refused with file:line:col errors.
 func TestAdversary63c_ImportNamedLikePredeclared(t *testing.T) {
+	t.Parallel()
 	mod := adv46Module(t)
 	adv46Write(t, mod, map[string]string{
 		"error/e.go":  "package error\n\ntype Code int\n",

@@ -27,6 +27,7 @@ import (
 )
 
 func TestAdversary64bHeld(t *testing.T) {
+	t.Parallel()
 	mod := adv46Module(t)
 	files := map[string]string{
 		"dep/p.go": `package dep

@@ -34,6 +34,7 @@ import (
 // Fixed when the package is generated with the import numbered (init1)
 // and builds and vets, or is refused with file:line:col errors.
 func TestAdversary64b_ImportNamedInit(t *testing.T) {
+	t.Parallel()
 	mod := adv46Module(t)
 	adv46Write(t, mod, map[string]string{
 		"init/i.go": "package init\n\ntype T int\n",

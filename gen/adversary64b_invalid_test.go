@@ -56,6 +56,7 @@ func charge(ctx context.Context, id string) error { return nil }
 // unresolved type in p.go, none without a file position, nothing written
 // that does not parse, and no error calling the receiver generic.
 func TestAdversary64b_InvalidTypeUnwalked(t *testing.T) {
+	t.Parallel()
 	mod := adv46Module(t)
 	cases := []struct{ pkg, src, notWant string }{
 		// An interface literal parameter.
@@ -127,6 +128,7 @@ func TestAdversary64b_InvalidTypeUnwalked(t *testing.T) {
 // Fixed when each package is refused with the compiler's error at the
 // line that uses Charge as a type.
 func TestAdversary64b_ForgivenUndefinedAsTypeOutsideSignature(t *testing.T) {
+	t.Parallel()
 	mod := adv46Module(t)
 	cases := []struct{ pkg, src string }{
 		{"plainvar", "var v Charge\n"},

@@ -41,6 +41,7 @@ import (
 // on a receiver that never gets the wrapper, "has no field or method"):
 // same cause.
 func TestAdversary64b_MissingMethodOtherReceiver(t *testing.T) {
+	t.Parallel()
 	mod := adv46Module(t)
 	adv46Write(t, mod, map[string]string{
 		// A wrapper (*Service).ChargeOrder; *Other is registered.

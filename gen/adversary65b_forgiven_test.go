@@ -118,6 +118,7 @@ func adv65bWantRefused(t *testing.T, mod string, files map[string]string, cases 
 // line that uses Charge as a type. (A use under a //line directive,
 // whose position names another file, is still forgiven: README.)
 func TestAdversary65b_BrokenTypeUseForgiven(t *testing.T) {
+	t.Parallel()
 	mod := adv46Module(t)
 	cases := []adv65bCase{
 		{"typeswitch", "func Use(x any) {\n\tswitch x.(type) {\n\tcase int, Charge:\n\t}\n}\n", "case int, Charge"},
@@ -166,6 +167,7 @@ func TestAdversary65b_BrokenTypeUseForgiven(t *testing.T) {
 // Fixed when each package is refused with the compiler's error at the
 // line named, nothing written.
 func TestAdversary65b_BrokenMethodUseForgiven(t *testing.T) {
+	t.Parallel()
 	mod := adv46Module(t)
 	cases := []adv65bCase{
 		{"valuerecv", "var _ OrderServer = Service{}\n", "Service{}"},

@@ -67,6 +67,7 @@ func adv65bWantGenerated(t *testing.T, mod string, pkgs []string) {
 //
 // Fixed when each package generates, builds and vets.
 func TestAdversary65b_ValidWrapperUseRefused(t *testing.T) {
+	t.Parallel()
 	mod := adv46Module(t)
 	cases := []struct{ pkg, src string }{
 		{"localtype", "func Setup() {\n\ttype Local struct{ *Service }\n\tRegister(&Local{})\n}\n"},
@@ -110,6 +111,7 @@ func TestAdversary65b_ValidWrapperUseRefused(t *testing.T) {
 //
 // Fixed when each importer generates, builds and vets.
 func TestAdversary65b_ImportWrapperMethodRefused(t *testing.T) {
+	t.Parallel()
 	mod := adv46Module(t)
 	adv46Write(t, mod, map[string]string{
 		"a/dep/p.go": `package dep
