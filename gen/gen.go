@@ -337,30 +337,6 @@ func depWrapperNames(deps map[string]*packages.Package) map[string][]string {
 	return names
 }
 
-// recvTypeName is the name of decl's receiver type, or "".
-func recvTypeName(decl *ast.FuncDecl) string {
-	if decl.Recv == nil || len(decl.Recv.List) == 0 {
-		return ""
-	}
-	t := decl.Recv.List[0].Type
-	for {
-		switch x := t.(type) {
-		case *ast.StarExpr:
-			t = x.X
-		case *ast.ParenExpr:
-			t = x.X
-		case *ast.IndexExpr:
-			t = x.X
-		case *ast.IndexListExpr:
-			t = x.X
-		case *ast.Ident:
-			return x.Name
-		default:
-			return ""
-		}
-	}
-}
-
 // wrapperNames returns the wrapper names f's directives generate, as
 // funcWrapper and decorator name them.
 func wrapperNames(f *ast.File) []string {
@@ -384,8 +360,11 @@ func wrapperNames(f *ast.File) []string {
 					continue
 				}
 				names = append(names, name)
-				if recv := recvTypeName(decl); recv != "" {
-					names = append(names, recv+"."+name) // as own's: a method's receiver
+				if decl.Recv != nil && len(decl.Recv.List) > 0 {
+					recv := recvBase(decl.Recv.List[0].Type)
+					if recv != "" {
+						names = append(names, recv+"."+name) // as own's: a method's receiver
+					}
 				}
 			}
 		case *ast.GenDecl:
