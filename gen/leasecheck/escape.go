@@ -57,7 +57,7 @@ func checkEscape(pass *analysis.Pass, r *reporter, ps []gen.Protected) {
 				return true
 			}
 			if decls == nil {
-				decls = funcDecls(pass)
+				decls = funcDecls(pass, nil)
 			}
 			if sig := signals(pass.TypesInfo, decls, st); len(sig) > 0 {
 				// A closure that waits for its own goroutine before it
@@ -310,10 +310,13 @@ func signals(info *types.Info, decls map[*types.Func]*ast.FuncDecl, st *ast.GoSt
 }
 
 // funcDecls maps the package's functions and methods to their
-// declarations.
-func funcDecls(pass *analysis.Pass) map[*types.Func]*ast.FuncDecl {
+// declarations, but for those in the files of skip.
+func funcDecls(pass *analysis.Pass, skip map[*ast.File]bool) map[*types.Func]*ast.FuncDecl {
 	out := map[*types.Func]*ast.FuncDecl{}
 	for _, f := range pass.Files {
+		if skip[f] {
+			continue
+		}
 		for _, d := range f.Decls {
 			if fd, ok := d.(*ast.FuncDecl); ok && fd.Body != nil {
 				if obj, ok := pass.TypesInfo.Defs[fd.Name].(*types.Func); ok {

@@ -560,49 +560,45 @@ func checkOrder(pass *analysis.Pass, r *reporter, ps []gen.Protected, generated 
 	}
 	// The package's own functions, not the generated wrappers: a wrapper
 	// call is an edge, not a path to follow.
-	decls := map[*types.Func]*ast.FuncDecl{}
-	for _, f := range pass.Files {
-		if generated[f] {
-			continue
-		}
-		for _, d := range f.Decls {
-			if fd, ok := d.(*ast.FuncDecl); ok && fd.Body != nil {
-				if obj, ok := pass.TypesInfo.Defs[fd.Name].(*types.Func); ok {
-					decls[obj] = fd
-				}
-			}
-		}
-	}
+	decls := funcDecls(pass, generated)
 	type edge struct {
 		from, to *types.Func
 		pos      token.Pos
 		via      string // the function called at pos that takes to's lease, if not to's wrapper
 	}
 	edges := map[[2]*types.Func]edge{}
+	// calls visits body's calls: of a protected function's wrapper
+	// (to q), and of the package's other functions (f).
+	calls := func(body *ast.BlockStmt, wrapper func(q gen.Protected, id *ast.Ident), other func(f *types.Func, id *ast.Ident)) {
+		ast.Inspect(body, func(n ast.Node) bool {
+			if call, ok := n.(*ast.CallExpr); ok {
+				if f, id := calleeFunc(pass.TypesInfo, call); f != nil {
+					if q, ok := byWrapper[wrapperKey(f, f.Name())]; ok {
+						wrapper(q, id)
+					} else if decls[f.Origin()] != nil {
+						other(f, id)
+					}
+				}
+			}
+			return true
+		})
+	}
 	for _, p := range ps {
 		if p.Decl.Body == nil {
 			continue
 		}
+		addEdge := func(q gen.Protected, pos token.Pos, via string) {
+			if k := [2]*types.Func{p.Func, q.Func}; q.Func != p.Func && edges[k].from == nil {
+				edges[k] = edge{p.Func, q.Func, pos, via}
+			}
+		}
 		// Direct wrapper calls first: an edge is placed at one of them
 		// when there is one.
 		var helpers []edge // functions the body calls, at the call
-		ast.Inspect(p.Decl.Body, func(n ast.Node) bool {
-			call, ok := n.(*ast.CallExpr)
-			if !ok {
-				return true
-			}
-			f, id := calleeFunc(pass.TypesInfo, call)
-			if f == nil {
-				return true
-			}
-			if q, ok := byWrapper[wrapperKey(f, f.Name())]; ok {
-				if k := [2]*types.Func{p.Func, q.Func}; q.Func != p.Func && edges[k].from == nil {
-					edges[k] = edge{p.Func, q.Func, id.Pos(), ""}
-				}
-			} else if decls[f.Origin()] != nil && f.Origin() != p.Func {
+		calls(p.Decl.Body, func(q gen.Protected, id *ast.Ident) { addEdge(q, id.Pos(), "") }, func(f *types.Func, id *ast.Ident) {
+			if f.Origin() != p.Func {
 				helpers = append(helpers, edge{p.Func, f.Origin(), id.Pos(), f.Name()})
 			}
-			return true
 		})
 		seen := map[*types.Func]bool{p.Func: true}
 		for _, h := range helpers {
@@ -614,23 +610,10 @@ func checkOrder(pass *analysis.Pass, r *reporter, ps []gen.Protected, generated 
 					continue
 				}
 				seen[fn] = true
-				ast.Inspect(decls[fn].Body, func(n ast.Node) bool {
-					call, ok := n.(*ast.CallExpr)
-					if !ok {
-						return true
-					}
-					f, _ := calleeFunc(pass.TypesInfo, call)
-					if f == nil {
-						return true
-					}
-					if q, ok := byWrapper[wrapperKey(f, f.Name())]; ok {
-						if k := [2]*types.Func{p.Func, q.Func}; q.Func != p.Func && edges[k].from == nil {
-							edges[k] = edge{p.Func, q.Func, h.pos, h.via}
-						}
-					} else if decls[f.Origin()] != nil && !seen[f.Origin()] {
+				calls(decls[fn].Body, func(q gen.Protected, _ *ast.Ident) { addEdge(q, h.pos, h.via) }, func(f *types.Func, _ *ast.Ident) {
+					if !seen[f.Origin()] {
 						work = append(work, f.Origin())
 					}
-					return true
 				})
 			}
 		}
