@@ -543,17 +543,12 @@ func (a *call) reenter(ctx context.Context, r *leaseRef, fn func(context.Context
 	// with context.WithoutCancel): follow l's own context.
 	ictx, cancel := context.WithCancelCause(ctx)
 	lctx := r.a.lctx
+	// Registered before the reuse is checked (below): the enclosing call,
+	// if it returns meanwhile, ends this one with its loss (endNested)
+	// before lctx ends, or this one finds it returned and does not enter.
 	r.a.addNested(a, cancel)
 	defer r.a.dropNested(a)
-	stop := context.AfterFunc(lctx, func() {
-		cause := context.Cause(lctx)
-		if _, ok := cause.(*endedErr); ok {
-			// The enclosing call returned under this one: to it, a loss
-			// (told already by endNested, unless it came in between).
-			cause = fmt.Errorf("%w (key %q)", errNestedEnded, a.key)
-		}
-		cancel(cause)
-	})
+	stop := context.AfterFunc(lctx, func() { cancel(context.Cause(lctx)) })
 	fctx, cancelDeadline := context.WithDeadlineCause(ictx, a.end, ErrDeadline)
 	// The nested call cannot outlast the enclosing call's function: its
 	// budget ends with the enclosing one's, also where ctx hides that
