@@ -455,15 +455,14 @@ func isGroup(t types.Type) bool {
 	if t == nil {
 		return false
 	}
-	if p, ok := t.Underlying().(*types.Pointer); ok {
+	if isWaitGroup(t) {
+		return true
+	}
+	if p, ok := t.(*types.Pointer); ok {
 		t = p.Elem()
 	}
 	n, ok := types.Unalias(t).(*types.Named)
-	if !ok || n.Obj().Pkg() == nil {
-		return false
-	}
-	path, name := n.Obj().Pkg().Path(), n.Obj().Name()
-	return path == "sync" && name == "WaitGroup" || strings.HasSuffix(path, "/errgroup") && name == "Group"
+	return ok && n.Obj().Pkg() != nil && strings.HasSuffix(n.Obj().Pkg().Path(), "/errgroup") && n.Obj().Name() == "Group"
 }
 
 // enclosingLit returns the innermost func literal in body around st, or
