@@ -9,6 +9,8 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"path/filepath"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"sync"
@@ -241,6 +243,17 @@ func workerMain() error {
 	fmt.Println("ready")
 	if line, err := bufio.NewReader(os.Stdin).ReadString('\n'); err != nil || line != "go\n" {
 		return fmt.Errorf("no start signal: %q %v", line, err)
+	}
+	if dir := os.Getenv("LEASEBENCH_WORKER_CPUPROFILE"); dir != "" {
+		f, err := os.Create(filepath.Join(dir, fmt.Sprintf("worker-%d-%d.pprof", *workerKind, *workerIdx)))
+		if err != nil {
+			return err
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer f.Close()
+		defer pprof.StopCPUProfile()
 	}
 	t0, cpu0 := sent.n.Load(), processCPU()
 	out := make([]grant, 0, *loops)
