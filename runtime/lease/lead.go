@@ -330,7 +330,7 @@ func (c *Client) readLeader(ctx context.Context, lock, key string) (Leader, erro
 // within a re-check interval (WithRecheck). A watch never vouches for a
 // leader past its lease: when the key cannot be read, the leader last
 // reported is replaced by a Leader with Err set once its Remaining has
-// run out. A term that starts and ends within one re-check without a
+// run out (within 50ms, however long WithRecheck lets a read take). A term that starts and ends within one re-check without a
 // handover can be missed.
 func (c *Client) WatchLeader(ctx context.Context, key string) <-chan Leader {
 	ch := make(chan Leader, 1)
@@ -347,6 +347,10 @@ func (c *Client) WatchLeader(ctx context.Context, key string) <-chan Leader {
 	go c.watchLeader(ctx, key, ch)
 	return ch
 }
+
+// vouchGrace is how long past the reported leader's lease a watch's read
+// may take before the watch reports Err instead (see watchLeader).
+const vouchGrace = 50 * time.Millisecond
 
 func (c *Client) watchLeader(ctx context.Context, key string, ch chan Leader) {
 	defer close(ch)
@@ -372,7 +376,16 @@ func (c *Client) watchLeader(ctx context.Context, key string, ch chan Leader) {
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	for {
-		rctx, cancel := context.WithTimeout(ctx, max(c.recheck, 50*time.Millisecond))
+		// A read has a re-check to answer, but not while it would vouch
+		// for the leader last reported: from the moment that leader's
+		// lease may have run out, only a short grace (a read that hangs,
+		// on a paused or unreachable server, then reports Err at once
+		// instead of a re-check later).
+		budget := max(c.recheck, 50*time.Millisecond)
+		if reported && last.Err == nil && last.Holder != "" {
+			budget = min(budget, max(time.Until(validUntil), 0)+vouchGrace)
+		}
+		rctx, cancel := context.WithTimeout(ctx, budget)
 		// As Leader: wait for a Cluster client's command table within the
 		// read's budget rather than let go-redis load it under its own.
 		var cur Leader
