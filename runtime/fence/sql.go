@@ -3,6 +3,7 @@ package fence
 import (
 	"context"
 	"database/sql"
+	"database/sql/driver"
 	"errors"
 	"fmt"
 	"io"
@@ -71,12 +72,52 @@ func SQL(db DB) Execer { return sqlExecer{db} }
 type sqlExecer struct{ db DB }
 
 func (e sqlExecer) Exec(ctx context.Context, q string, args ...any) (int64, error) {
-	r, err := e.db.ExecContext(ctx, q, args...)
-	if err != nil {
-		return 0, err
+	db, pooled := e.db.(*sql.DB)
+	if !pooled {
+		r, err := e.db.ExecContext(ctx, q, args...)
+		if err != nil {
+			return 0, err
+		}
+		return r.RowsAffected()
 	}
-	return r.RowsAffected()
+	// From a pool, the connection is taken first, so that a context that
+	// ends while the write waits for one (or a connection that cannot be
+	// opened) is known to have sent nothing. database/sql's own retry of
+	// a connection that turns out bad (driver.ErrBadConn: nothing was
+	// carried out) is kept: a new connection, twice at most, as it does.
+	for try := 0; ; try++ {
+		conn, err := db.Conn(ctx)
+		if err != nil {
+			return 0, NotSent(err)
+		}
+		r, err := conn.ExecContext(ctx, q, args...)
+		conn.Close()
+		if errors.Is(err, driver.ErrBadConn) && try < 2 && ctx.Err() == nil {
+			continue
+		}
+		if err != nil {
+			return 0, err
+		}
+		return r.RowsAffected()
+	}
 }
+
+// NotSent marks err as the error of a write that was certainly not sent
+// (no connection could be had for it): an Execer returns it so that the
+// write is reported as not carried out, with err, rather than as an
+// unknown outcome. It is nil for a nil err.
+func NotSent(err error) error {
+	if err == nil {
+		return nil
+	}
+	return notSent{err}
+}
+
+type notSent struct{ err error }
+
+func (e notSent) Error() string     { return "no connection for the write: " + e.err.Error() }
+func (e notSent) Unwrap() error     { return e.err }
+func (e notSent) SafeToRetry() bool { return true }
 
 func (e sqlExecer) QueryStamp(ctx context.Context, q string, args ...any) (int64, string, bool, error) {
 	var tok int64
@@ -105,7 +146,8 @@ func exec(ctx context.Context, db Execer, q string, args ...any) (int64, error) 
 
 // sentNoAnswer reports whether err is a connection failure or an ended
 // context, and not one the driver says came before anything was sent
-// (pgconn's SafeToRetry). A server's error answer (a PgError) is none.
+// (pgconn's SafeToRetry, NotSent's). A server's error answer (a PgError)
+// is none.
 func sentNoAnswer(err error) bool {
 	var retry interface{ SafeToRetry() bool }
 	if errors.As(err, &retry) && retry.SafeToRetry() {

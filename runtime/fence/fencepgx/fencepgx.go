@@ -8,6 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/leasegen/leasegen/runtime/fence"
 )
@@ -24,7 +25,19 @@ func Wrap(db DB) fence.Execer { return execer{db} }
 type execer struct{ db DB }
 
 func (e execer) Exec(ctx context.Context, q string, args ...any) (int64, error) {
-	tag, err := e.db.Exec(ctx, q, args...)
+	db := e.db
+	if p, ok := db.(*pgxpool.Pool); ok {
+		// The connection is taken first, so that a context that ends while
+		// the write waits for one (or a connection that cannot be opened)
+		// is known to have sent nothing (fence.NotSent).
+		c, err := p.Acquire(ctx)
+		if err != nil {
+			return 0, fence.NotSent(err)
+		}
+		defer c.Release()
+		db = c
+	}
+	tag, err := db.Exec(ctx, q, args...)
 	return tag.RowsAffected(), err
 }
 
