@@ -72,39 +72,81 @@ func run(args []string, stdout, stderr io.Writer) int {
 		}
 		return 1
 	}
-	changed := 0
+	// Every file that changes is written in two steps, so that a failure
+	// leaves every package as it was: first each new content goes to a
+	// temporary file beside its target (where a full disk or a missing
+	// permission shows), then, only if all of them could be written, each
+	// is renamed into place (and an output with no directives left is
+	// removed).
+	type change struct {
+		gen.File
+		rel, tmp string
+	}
+	var todo []change
 	for _, f := range files {
 		old, readErr := os.ReadFile(f.Path)
 		same := (f.Data == nil && os.IsNotExist(readErr)) || (f.Data != nil && readErr == nil && bytes.Equal(old, f.Data))
 		if same {
 			continue
 		}
-		changed++
 		rel := gen.ShortPath(cfg.PathBase, f.Path)
 		if *check {
 			fmt.Fprintln(stdout, rel)
-			continue
 		}
-		if f.Data == nil {
-			if err := os.Remove(f.Path); err != nil {
-				fmt.Fprintf(stderr, "leasegen: %v\n", err)
-				return 1
-			}
-			if *verbose {
-				fmt.Fprintf(stderr, "leasegen: removed %s (no directives left)\n", rel)
-			}
-			continue
-		}
-		if err := writeAtomic(f.Path, f.Data); err != nil {
-			fmt.Fprintf(stderr, "leasegen: %v\n", err)
+		todo = append(todo, change{File: f, rel: rel})
+	}
+	if *check {
+		if len(todo) > 0 {
+			fmt.Fprintf(stderr, "leasegen: %d generated file(s) out of date: run go generate\n", len(todo))
 			return 1
 		}
+		return 0
+	}
+	staged := true
+	for i := range todo {
+		if todo[i].Data == nil {
+			continue
+		}
+		tmp, err := stage(todo[i].Path, todo[i].Data)
+		if err != nil {
+			fmt.Fprintf(stderr, "leasegen: %v\n", err)
+			staged = false
+			continue
+		}
+		todo[i].tmp = tmp
+	}
+	if !staged {
+		for _, c := range todo {
+			if c.tmp != "" {
+				os.Remove(c.tmp)
+			}
+		}
+		fmt.Fprintf(stderr, "leasegen: no generated file was changed (%d were to be)\n", len(todo))
+		return 1
+	}
+	failed := 0
+	for _, c := range todo {
+		var err error
+		if c.Data == nil {
+			err = os.Remove(c.Path)
+		} else if err = os.Rename(c.tmp, c.Path); err != nil {
+			os.Remove(c.tmp)
+		}
+		if err != nil {
+			fmt.Fprintf(stderr, "leasegen: %v\n", err)
+			failed++
+			continue
+		}
 		if *verbose {
-			fmt.Fprintf(stderr, "leasegen: wrote %s\n", rel)
+			if c.Data == nil {
+				fmt.Fprintf(stderr, "leasegen: removed %s (no directives left)\n", c.rel)
+			} else {
+				fmt.Fprintf(stderr, "leasegen: wrote %s\n", c.rel)
+			}
 		}
 	}
-	if *check && changed > 0 {
-		fmt.Fprintf(stderr, "leasegen: %d generated file(s) out of date: run go generate\n", changed)
+	if failed > 0 {
+		fmt.Fprintf(stderr, "leasegen: %d of %d generated file changes failed (the others were made)\n", failed, len(todo))
 		return 1
 	}
 	return 0
@@ -121,28 +163,27 @@ func everyBuild(name string) bool {
 	return err == nil && ok
 }
 
-// writeAtomic writes data to a temporary file beside path and renames it
-// into place, so a crash never leaves a half-written file.
-func writeAtomic(path string, data []byte) error {
-	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp*")
+// createTemp is os.CreateTemp (a test makes it fail).
+var createTemp = os.CreateTemp
+
+// stage writes data to a new temporary file beside path, to be renamed
+// into place, and returns its name; nothing is left behind on error.
+func stage(path string, data []byte) (string, error) {
+	tmp, err := createTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp*")
 	if err != nil {
-		return err
+		return "", err
 	}
 	_, werr := tmp.Write(data)
 	cerr := tmp.Close()
-	if err := errors.Join(werr, cerr); err != nil {
-		os.Remove(tmp.Name())
-		return err
+	err = errors.Join(werr, cerr)
+	if err == nil {
+		err = os.Chmod(tmp.Name(), 0o644)
 	}
-	if err := os.Chmod(tmp.Name(), 0o644); err != nil {
+	if err != nil {
 		os.Remove(tmp.Name())
-		return err
+		return "", err
 	}
-	if err := os.Rename(tmp.Name(), path); err != nil {
-		os.Remove(tmp.Name())
-		return err
-	}
-	return nil
+	return tmp.Name(), nil
 }
 
 // pathBase is the directory printed paths are relative to: the working
