@@ -24,9 +24,15 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+
+	"github.com/redis/go-redis/v9"
 )
 
 func main() {
+	// go-redis logs dial retries on its own; leasectl reports the error.
+	// Set once, before any client exists: go-redis reads its logger from
+	// its own goroutines, and run is also called in-process by the tests.
+	redis.SetLogger(quiet{})
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	code := run(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr, os.Getenv)
 	stop()

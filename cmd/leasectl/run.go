@@ -67,7 +67,6 @@ const (
 )
 
 func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer, getenv func(string) string) int {
-	redis.SetLogger(quiet{}) // go-redis logs dial retries on its own; leasectl reports the error
 	c := &cli{ctx: ctx, stdin: stdin, stdout: stdout, stderr: stderr, getenv: getenv}
 	if len(args) == 0 {
 		c.usage(stderr)
