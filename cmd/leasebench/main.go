@@ -6,6 +6,11 @@
 //
 //	cd cmd/leasebench && go run . [-svg handoff.svg]
 //
+// With LEASEBENCH_WORKER_CPUPROFILE=DIR, each worker process of 2c writes
+// its CPU profile over its loops to DIR/worker-KIND-INDEX.pprof (KIND is
+// the library's row, from 0), to be read together:
+// go tool pprof -top leasebench DIR/worker-1-*.pprof.
+//
 // It is a separate module so that its peers stay out of leasegen's
 // dependencies.
 package main
