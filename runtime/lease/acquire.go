@@ -68,6 +68,13 @@ func (a *call) acquireOnce(ctx context.Context, waitUntil time.Time) (*Lease, ti
 			}
 		}
 		cancel()
+		if err != nil && (classify(err) != outRefused || notSent(err)) {
+			// A Cluster node may have failed (a timeout or a reset: go-redis
+			// by itself reloads its slot map only every minute, so a Client
+			// whose calls timed out on a hung master that the cluster
+			// replaced kept asking it, TestAdversary67_*) or a slot moved.
+			a.c.reloadTopology()
+		}
 		if err != nil && !time.Now().Before(limit) {
 			if !a.written() {
 				// Never written to a connection (the pool stayed taken, a
@@ -85,8 +92,8 @@ func (a *call) acquireOnce(ctx context.Context, waitUntil time.Time) (*Lease, ti
 			switch classify(err) {
 			case outRedirect:
 				// The slot is moving or the cluster is reconfiguring: not
-				// executed. Retry while a grant could still be entered.
-				a.c.reloadTopology()
+				// executed. Retry while a grant could still be entered
+				// (the slot map is being reloaded, above).
 				pause := min(time.Duration(try+1)*10*time.Millisecond, 100*time.Millisecond)
 				if time.Now().Add(pause).Before(a.end.Add(-a.reserve-a.spec.MinValidity)) && sleepCtx(ctx, pause) {
 					continue
@@ -94,7 +101,6 @@ func (a *call) acquireOnce(ctx context.Context, waitUntil time.Time) (*Lease, ti
 				return nil, 0, a.refused("acquire", err)
 			case outRefused:
 				if notSent(err) {
-					a.c.reloadTopology() // a Cluster node may have failed
 					if a.written() {
 						// The acquire was written to a connection before
 						// (go-redis's retry after a lost reply could not
