@@ -68,11 +68,10 @@ func (a *call) acquireOnce(ctx context.Context, waitUntil time.Time) (*Lease, ti
 			}
 		}
 		cancel()
-		if err != nil && (classify(err) != outRefused || notSent(err)) {
-			// A Cluster node may have failed (a timeout or a reset: go-redis
-			// by itself reloads its slot map only every minute, so a Client
-			// whose calls timed out on a hung master that the cluster
-			// replaced kept asking it, TestAdversary67_*) or a slot moved.
+		if mayHaveMoved(err) {
+			// Without it, a Client whose calls timed out on a hung master
+			// that the cluster replaced kept asking it for a minute
+			// (TestAdversary67_ClusterHungMasterKeysGrantedAfterFailover).
 			a.c.reloadTopology()
 		}
 		if err != nil && !time.Now().Before(limit) {

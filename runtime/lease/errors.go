@@ -114,6 +114,15 @@ func classify(err error) outcome {
 	return outUnknown
 }
 
+// mayHaveMoved reports whether err, a request's, may come from a Cluster
+// whose slot map changed under the Client (a node that failed, hung or
+// was replaced, a slot that moved): anything but the server's own refusal
+// of the request. The caller then reloads the slot map (reloadTopology):
+// go-redis by itself does so only once a minute.
+func mayHaveMoved(err error) bool {
+	return err != nil && (classify(err) != outRefused || notSent(err))
+}
+
 // notSent reports errors that leave no request on the wire.
 func notSent(err error) bool {
 	var op *net.OpError

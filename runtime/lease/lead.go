@@ -330,8 +330,9 @@ func (c *Client) readLeader(ctx context.Context, lock, key string) (Leader, erro
 // within a re-check interval (WithRecheck). A watch never vouches for a
 // leader past its lease: when the key cannot be read, the leader last
 // reported is replaced by a Leader with Err set once its Remaining has
-// run out (within 50ms, however long WithRecheck lets a read take). A term that starts and ends within one re-check without a
-// handover can be missed.
+// run out (within 50ms, however long WithRecheck lets a read take). A
+// term that starts and ends within one re-check without a handover can be
+// missed.
 func (c *Client) WatchLeader(ctx context.Context, key string) <-chan Leader {
 	ch := make(chan Leader, 1)
 	switch {

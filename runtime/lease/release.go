@@ -62,8 +62,8 @@ func (a *call) release(ctx context.Context, hold time.Duration) released {
 		if classify(err) != outUnknown {
 			class = ErrRefused
 		}
-		if classify(err) != outRefused || notSent(err) {
-			a.c.reloadTopology() // as after an acquire's (see acquireOnce)
+		if mayHaveMoved(err) {
+			a.c.reloadTopology()
 		}
 		r.err = fmt.Errorf("%w: release of key %q: %w", class, a.key, err)
 		a.observe(Event{Kind: EventReleaseUnconfirmed, Took: took, Held: held, Err: r.err})

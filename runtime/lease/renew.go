@@ -261,8 +261,8 @@ func (rn *renewer) renew(ctx context.Context, f *flight, batch []*renewal) {
 		(*h)()
 	}
 	for _, err := range errs {
-		if err != nil && classify(err) != outRefused || notSent(err) {
-			rn.c.reloadTopology() // a Cluster node may have failed or a slot moved
+		if mayHaveMoved(err) {
+			rn.c.reloadTopology()
 			break
 		}
 	}
