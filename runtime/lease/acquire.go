@@ -236,9 +236,15 @@ func (a *call) acquireArgs(now, waitUntil time.Time) []any {
 	}
 	x.ttl.n = ms(a.spec.TTL)
 	x.seq.n = a.seq
+	// A Lead term's grant is announced, so that WatchLeader reports a term
+	// that starts on a free key at once, not a re-check later.
+	var announce any = "0"
+	if a.unbounded {
+		announce = "1"
+	}
 	k := &a.k
 	x.argv = [...]any{nil, nil, "4", sarg(&k.lock), sarg(&k.fence), sarg(&k.queue), sarg(&k.qexp),
-		sarg(&a.id), &x.ttl, fence, a.c.counterTTLArg, life, memberArg, sarg(&k.channel), &x.seq}
+		sarg(&a.id), &x.ttl, fence, a.c.counterTTLArg, life, memberArg, sarg(&k.channel), &x.seq, announce}
 	return x.argv[:]
 }
 
@@ -253,7 +259,7 @@ func (a *call) setNX(ctx context.Context) (granted bool, pttl time.Duration, err
 	own := a.idValue // identity + ":0"
 	x := a.newAcqArgs()
 	x.ttl.n = ms(a.spec.TTL)
-	x.argv = [...]any{"set", sarg(&a.k.lock), sarg(&a.idValue), "px", &x.ttl, "nx", nil, nil, nil, nil, nil, nil, nil, nil, nil}
+	x.argv = [...]any{"set", sarg(&a.k.lock), sarg(&a.idValue), "px", &x.ttl, "nx", nil, nil, nil, nil, nil, nil, nil, nil, nil, nil}
 	// Only a parsed "OK" is a grant: a hook may have cleared the error of a
 	// request that got no reply, or of SET's "not set" (redis.Nil).
 	set := a.c.rdb.Do(ctx, x.argv[:6]...)

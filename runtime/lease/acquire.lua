@@ -10,7 +10,9 @@
 -- so that a Client keeping the lease between calls (Spec.Keep) releases it,
 -- ARGV[8] this attempt's sequence number in its call: stored with the
 -- entry, so that the release's message tells the waiter which of its
--- busy answers the handover came after (see release.lua)
+-- busy answers the handover came after (see release.lua), ARGV[9] "1" to
+-- announce a grant on the key's channel ("g": a Lead term starts, and
+-- WatchLeader hears it at once; best effort, as "w")
 -- Returns one integer: the fencing token (0 unfenced) on a grant; when
 -- busy, -3 - the key's PTTL (-1: no key, -2: no expiry, -3 - n: n ms
 -- left). One integer is read without the allocations of an array reply.
@@ -112,6 +114,7 @@ if not v then
   if life > 0 and redis.call('ZREM', KEYS[3], ARGV[6]) == 1 then
     redis.call('HDEL', KEYS[4], ARGV[6])
   end
+  if ARGV[9] == '1' then redis.pcall('PUBLISH', ARGV[7], 'g') end
   return answer(tok)
 end
 local sep = string.find(v, ':', 1, true)

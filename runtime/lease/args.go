@@ -97,7 +97,7 @@ func parsedInt(v any, err error) (int64, error) {
 // acqArgs are one acquire's arguments: its command line (SET or the
 // acquire script), its TTL and queue lifetime.
 type acqArgs struct {
-	argv           [3 + 4 + 8]any
+	argv           [3 + 4 + 9]any
 	ttl, life, seq intArg
 }
 

@@ -406,11 +406,25 @@ func signal(w *waiter) {
 // notify handles a message on channel: a waiter's identity wakes that
 // waiter (kept for its join if it has not registered yet, see expect;
 // released on its behalf if it has left); anything else wakes every waiter
-// of the channel. It reports whether it woke a waiter.
+// of the channel, except "g" (a Lead term's grant), which wakes its
+// listeners. It reports whether it woke a waiter.
 func (h *waitHub) notify(channel, payload string) (woke bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	cs := h.chans[channel]
+	if payload == "g" {
+		// A Lead term was granted (see acquire.lua): news for listeners
+		// only, the key is not free for waiters.
+		if cs != nil {
+			for _, w := range cs.waiters {
+				if w.all {
+					signal(w)
+					woke = true
+				}
+			}
+		}
+		return woke
+	}
 	if len(payload) <= 1 {
 		if cs != nil {
 			for _, w := range cs.waiters {

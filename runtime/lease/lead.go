@@ -323,10 +323,11 @@ func (c *Client) readLeader(ctx context.Context, lock, key string) (Leader, erro
 // the channel is closed. A slow reader gets the latest state, not every
 // one in between.
 //
-// A handover to a waiting candidate, and a leader's graceful stop with
-// no candidate waiting (the term's release), are reported at once (the
-// release's notification on the key's channel); any other change, such as
-// a leader whose lease ran out or a Do's lease released on the key,
+// A term that starts (by a handover to a waiting candidate or on a free
+// key), and a leader's graceful stop with no candidate waiting (the
+// term's release), are reported at once (the grant's or the release's
+// notification on the key's channel); any other change, such as a leader
+// whose lease ran out or a Do's lease taken or released on the key,
 // within a re-check interval (WithRecheck). A watch never vouches for a
 // leader past its lease: when the key cannot be read, the leader last
 // reported is replaced by a Leader with Err set once its Remaining has

@@ -693,6 +693,15 @@ func TestWatchLeaderHandoverNotified(t *testing.T) {
 	// A graceful stop with nobody waiting: the term's release says so.
 	runs[1].stop(t)
 	expect("nobody after the last leader stopped", 5*time.Second, func(l lease.Leader) bool { return l.Holder == "" && l.Err == nil })
+	// A term that starts on a free key: its grant says so (the CI failure
+	// of TestAdversary60_RecipeAllFeatures, where the watch's subscription
+	// was confirmed before the term started and the term was heard only a
+	// re-check later).
+	runs = append(runs, e.lead(cands[0]))
+	t2 := e.next(5 * time.Second)
+	expect("a leader on the free key", 5*time.Second, func(l lease.Leader) bool { return l.Owner == cands[0].name && l.Term == t2.token })
+	runs[2].stop(t)
+	expect("nobody after it stopped", 5*time.Second, func(l lease.Leader) bool { return l.Holder == "" && l.Err == nil })
 	e.markLostFromEvents(cands...)
 	e.check()
 }
