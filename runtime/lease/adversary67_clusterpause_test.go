@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -64,6 +65,17 @@ func TestAdversary67_ClusterHungMasterKeysGrantedAfterFailover(t *testing.T) {
 	if err := c.Do(ctx, key, s, func(context.Context) error { return nil }); err != nil {
 		t.Fatal(err)
 	}
+	// Round 68: a Client that only reads (an operator's, a leader
+	// watcher's) must find the shard again too.
+	r, _ := newClient(t, cl.Client(t))
+	if _, err := r.Leader(ctx, key); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.Inspect(ctx, key); err != nil {
+		t.Fatal(err)
+	}
+	readsBack := make(chan string, 1)
+	go func() { readsBack <- adv68ReadsBack(ctx, r, key, time.Now()) }()
 
 	pausedAt := time.Now()
 	victim.Pause()
@@ -110,4 +122,35 @@ func TestAdversary67_ClusterHungMasterKeysGrantedAfterFailover(t *testing.T) {
 			patience, time.Since(pausedAt).Round(time.Millisecond), counts, last, ferr)
 	}
 	t.Logf("granted again %v after the failover; calls %v", granted.Sub(failedOver).Round(time.Millisecond), counts)
+	if msg := <-readsBack; strings.HasPrefix(msg, "FAIL: ") {
+		t.Error(strings.TrimPrefix(msg, "FAIL: "))
+	} else {
+		t.Logf("a reading Client (Leader, Inspect, ForceRelease) %s", msg)
+	}
+}
+
+// adv68ReadsBack calls Leader, Inspect and ForceRelease (of an identity
+// that does not hold the key) on key, each with a 300ms budget, until all
+// three succeed in one round, and reports when; "FAIL: " and what failed,
+// after 25s (the hang, the failover, and a few seconds more; go-redis by
+// itself reloads its slot map after a minute).
+func adv68ReadsBack(ctx context.Context, r *lease.Client, key string, start time.Time) string {
+	var last error
+	for time.Since(start) < 25*time.Second {
+		time.Sleep(50 * time.Millisecond)
+		rctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+		_, err := r.Leader(rctx, key)
+		if err == nil {
+			_, err = r.Inspect(rctx, key)
+		}
+		if err == nil {
+			_, err = r.ForceRelease(rctx, key, "00000000000000000000000000000000")
+		}
+		cancel()
+		if err == nil {
+			return fmt.Sprintf("read again %v after the hang", time.Since(start).Round(time.Millisecond))
+		}
+		last = err
+	}
+	return fmt.Sprintf("FAIL: a reading Client made before the hang did not read the failed-over shard within 25s: %v", last)
 }

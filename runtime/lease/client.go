@@ -485,6 +485,18 @@ func (c *Client) reloadTopology() {
 	}
 }
 
+// mayReload reloads a Cluster client's slot map after err, a request's,
+// when it may come from a node that failed or no longer serves the slot
+// (mayHaveMoved): a request that timed out on a hung master, whose
+// replica took over, would otherwise go on to it until go-redis reloads
+// by itself, once a minute. Every path that sends a request to a key's
+// node calls it, reads included (TestAdversary67_ClusterHungMasterKeysGrantedAfterFailover).
+func (c *Client) mayReload(err error) {
+	if mayHaveMoved(err) {
+		c.reloadTopology()
+	}
+}
+
 // askTarget returns the Cluster master an ASK redirect (err) names, or nil.
 func (c *Client) askTarget(ctx context.Context, err error) *redis.Client {
 	cc, ok := c.rdb.(*redis.ClusterClient)

@@ -219,6 +219,7 @@ func (c *Client) List(ctx context.Context, pattern, cursor string) (page []Info,
 		count := int64(max(ListPage-len(page), 10))
 		keys, npos, err := nodes[node].rdb.ScanType(ctx, pos, match, count, "string").Result()
 		if err != nil {
+			c.mayReload(err)
 			where := ""
 			if nodes[node].addr != "" {
 				where = " on " + nodes[node].addr
@@ -501,6 +502,7 @@ func (c *Client) ForceRelease(ctx context.Context, key, identity string) (ForceR
 	}
 	get := c.rdb.Get(ctx, k.lock)
 	if err := get.Err(); err != nil && !errors.Is(err, redis.Nil) {
+		c.mayReload(err)
 		// Nothing was released: no release is sent after a failed read.
 		return 0, fmt.Errorf("%w: force release of key %q: reading the key (nothing released): %w", ErrRefused, key, err)
 	}

@@ -290,6 +290,7 @@ func (c *Client) readLeader(ctx context.Context, lock, key string) (Leader, erro
 	sent := time.Now()
 	vals, err := leaderScript.Run(ctx, c.rdb, []string{lock}).Slice()
 	if err != nil {
+		c.mayReload(err)
 		return Leader{}, fmt.Errorf("lease: reading the leader of key %q: %w", key, err)
 	}
 	rtt := time.Since(sent)

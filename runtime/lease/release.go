@@ -62,9 +62,6 @@ func (a *call) release(ctx context.Context, hold time.Duration) released {
 		if classify(err) != outUnknown {
 			class = ErrRefused
 		}
-		if mayHaveMoved(err) {
-			a.c.reloadTopology()
-		}
 		r.err = fmt.Errorf("%w: release of key %q: %w", class, a.key, err)
 		a.observe(Event{Kind: EventReleaseUnconfirmed, Took: took, Held: held, Err: r.err})
 		return r
@@ -155,6 +152,7 @@ func (c *Client) releaseWith(ctx context.Context, r *relArgs, k *keys, tombKey, 
 	if err != nil && classify(err) == outRedirect {
 		res, err = c.retryRelease(ctx, r, err)
 	}
+	c.mayReload(err)
 	if err != nil && notSent(err) && r.hold.writes.Load() > 0 {
 		// No connection for go-redis's re-send after a lost reply (a
 		// dial error, a pool timeout): the release had been written
@@ -207,6 +205,7 @@ func (c *Client) retryRedirected(ctx context.Context, patience time.Duration, er
 		}
 		err = again()
 	}
+	c.mayReload(err)
 	return err
 }
 
