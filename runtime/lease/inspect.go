@@ -196,8 +196,9 @@ const ListPage = 100
 // turn. SCAN's guarantees apply: a lease held for the whole listing is
 // listed, one taken or released meanwhile may or may not be, a key may be
 // listed twice (SCAN repeats keys when the server resizes its table, as
-// after many keys were deleted), and a failover or slot migration during
-// the listing can repeat or miss keys. (Watch reports each key once.)
+// after many keys were deleted), a failover during the listing can repeat
+// keys (a master's replica that took over is scanned from the start), and
+// a slot migration can repeat or miss keys. (Watch reports each key once.)
 // Pages may be empty before the last one. On an error, page holds the
 // leases read before it and next the cursor to go on from. Needs Redis 6.0
 // or later (SCAN ... TYPE).
@@ -209,22 +210,22 @@ func (c *Client) List(ctx context.Context, pattern, cursor string) (page []Info,
 	if err != nil {
 		return nil, "", fmt.Errorf("lease: list: %w", err)
 	}
-	node, pos, err := resumeAt(nodes, cursor)
+	done, todo, pos, err := resumeAt(nodes, cursor)
 	if err != nil {
 		return nil, "", err
 	}
 	match := c.lockPattern(pattern)
 	deadline := time.Now().Add(time.Second) // return a page at least this often
-	for node < len(nodes) {
+	for len(todo) > 0 {
 		count := int64(max(ListPage-len(page), 10))
-		keys, npos, err := nodes[node].rdb.ScanType(ctx, pos, match, count, "string").Result()
+		keys, npos, err := todo[0].rdb.ScanType(ctx, pos, match, count, "string").Result()
 		if err != nil {
 			c.mayReload(err)
 			where := ""
-			if nodes[node].addr != "" {
-				where = " on " + nodes[node].addr
+			if todo[0].addr != "" {
+				where = " on " + todo[0].addr
 			}
-			return page, c.cursor(nodes, node, pos), fmt.Errorf("lease: list: SCAN%s: %w", where, err)
+			return page, listCursor(done, todo, pos), fmt.Errorf("lease: list: SCAN%s: %w", where, err)
 		}
 		var user []string
 		for _, rk := range keys {
@@ -239,7 +240,7 @@ func (c *Client) List(ctx context.Context, pattern, cursor string) (page []Info,
 		}
 		// As Inspect: again after a slot migration's TRYAGAIN.
 		if err := c.retryRedirected(ctx, inspectPatience, inspect(), inspect); err != nil {
-			return page, c.cursor(nodes, node, pos), err
+			return page, listCursor(done, todo, pos), err
 		}
 		for _, info := range infos {
 			if !info.Free() { // released between SCAN and inspection
@@ -248,13 +249,16 @@ func (c *Client) List(ctx context.Context, pattern, cursor string) (page []Info,
 		}
 		pos = npos
 		if pos == 0 {
-			node++
+			if todo[0].addr != "" {
+				done = append(done, todo[0].addr)
+			}
+			todo = todo[1:]
 		}
 		if len(page) >= ListPage || time.Now().After(deadline) {
 			break
 		}
 	}
-	return page, c.cursor(nodes, node, pos), nil
+	return page, listCursor(done, todo, pos), nil
 }
 
 // scanNode is one server a listing scans: the standalone server, or one
@@ -284,41 +288,81 @@ func (c *Client) scanNodes(ctx context.Context) ([]scanNode, error) {
 	return nodes, err
 }
 
-// cursor encodes where the next page starts: the SCAN cursor, after the
-// master's address on a Cluster ("" at the end).
-func (c *Client) cursor(nodes []scanNode, node int, pos uint64) string {
-	if node >= len(nodes) {
+// listCursor encodes where the next page starts ("" at the end): the SCAN
+// cursor; on a Cluster after the address of the master it is for and "@",
+// and before them the addresses of the masters scanned to the end, each
+// followed by ",", then "|". The masters still to scan are those not
+// listed as done, whatever their addresses: a master's replica that took
+// over (a new address) is scanned from the start, so a failover during a
+// listing repeats keys rather than miss its shard
+// (TestAdversary68_ListResumedAcrossHungMasterFailover).
+func listCursor(done []string, todo []scanNode, pos uint64) string {
+	if len(todo) == 0 {
 		return ""
 	}
-	if nodes[node].addr == "" {
+	if todo[0].addr == "" {
 		return strconv.FormatUint(pos, 10)
 	}
-	return nodes[node].addr + "@" + strconv.FormatUint(pos, 10)
+	var b strings.Builder
+	for _, a := range done {
+		b.WriteString(a)
+		b.WriteByte(',')
+	}
+	b.WriteByte('|')
+	b.WriteString(todo[0].addr)
+	b.WriteByte('@')
+	b.WriteString(strconv.FormatUint(pos, 10))
+	return b.String()
 }
 
-// resumeAt decodes a cursor. A Cluster master that is gone (a failover)
-// is replaced by the next one in order, from the start of its scan.
-func resumeAt(nodes []scanNode, cursor string) (int, uint64, error) {
+// resumeAt decodes a cursor (see listCursor) against the masters there are
+// now: the masters scanned to the end, those still to scan (the cursor's
+// own first, if it is still a master; else its shard's new master is
+// among the rest, scanned from the start), and the SCAN cursor of the
+// first. A cursor of the form before the done list ("addr@pos") counts as
+// done the masters whose addresses sort before addr.
+func resumeAt(nodes []scanNode, cursor string) (done []string, todo []scanNode, pos uint64, err error) {
 	if cursor == "" {
-		return 0, 0, nil
+		return nil, nodes, 0, nil
 	}
 	addr, num := "", cursor
 	if i := strings.LastIndex(cursor, "@"); i >= 0 {
 		addr, num = cursor[:i], cursor[i+1:]
 	}
-	pos, err := strconv.ParseUint(num, 10, 64)
+	pos, err = strconv.ParseUint(num, 10, 64)
 	if err != nil {
-		return 0, 0, fmt.Errorf("lease: list: bad cursor %q", cursor)
+		return nil, nil, 0, fmt.Errorf("lease: list: bad cursor %q", cursor)
 	}
-	for n, node := range nodes {
-		switch c := strings.Compare(node.addr, addr); {
-		case c == 0:
-			return n, pos, nil
-		case c > 0:
-			return n, 0, nil
+	isDone := func(a string) bool { return a < addr }
+	if list, cur, ok := strings.Cut(addr, "|"); ok {
+		addr = cur
+		for _, a := range strings.Split(list, ",") {
+			if a != "" {
+				done = append(done, a)
+			}
+		}
+		isDone = func(a string) bool { return slices.Contains(done, a) }
+	} else {
+		for _, n := range nodes {
+			if n.addr != "" && isDone(n.addr) {
+				done = append(done, n.addr)
+			}
 		}
 	}
-	return len(nodes), 0, nil
+	found := false
+	for _, n := range nodes {
+		switch {
+		case n.addr == addr && !found:
+			found = true
+			todo = append([]scanNode{n}, todo...)
+		case !isDone(n.addr):
+			todo = append(todo, n)
+		}
+	}
+	if !found {
+		pos = 0 // its master is gone: its shard's new one starts over
+	}
+	return done, todo, pos, nil
 }
 
 // globMeta are the bytes that SCAN MATCH treats specially.
