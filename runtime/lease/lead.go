@@ -333,6 +333,8 @@ func (c *Client) readLeader(ctx context.Context, lock, key string) (Leader, erro
 // leader past its lease: when the key cannot be read, the leader last
 // reported is replaced by a Leader with Err set once its Remaining has
 // run out (within 50ms, however long WithRecheck lets a read take). A
+// read takes at most the re-check interval or a second, whichever is
+// shorter, and while reads fail the watch reads again within that. A
 // term that starts and ends within one re-check without a handover can be
 // missed.
 func (c *Client) WatchLeader(ctx context.Context, key string) <-chan Leader {
@@ -350,6 +352,10 @@ func (c *Client) WatchLeader(ctx context.Context, key string) <-chan Leader {
 	go c.watchLeader(ctx, key, ch)
 	return ch
 }
+
+// watchRead bounds a watch's read, and the time between its reads while
+// they fail (see watchLeader).
+const watchRead = time.Second
 
 // vouchGrace is how long past the reported leader's lease a watch's read
 // may take before the watch reports Err instead (see watchLeader).
@@ -384,7 +390,11 @@ func (c *Client) watchLeader(ctx context.Context, key string, ch chan Leader) {
 		// lease may have run out, only a short grace (a read that hangs,
 		// on a paused or unreachable server, then reports Err at once
 		// instead of a re-check later).
-		budget := max(c.recheck, 50*time.Millisecond)
+		// Nor more than watchRead otherwise: a read that hangs (on a
+		// master that stopped answering, until the slot map is reloaded)
+		// would leave a watch with a long re-check deaf to notifications
+		// for as long.
+		budget := min(max(c.recheck, 50*time.Millisecond), watchRead)
 		if reported && last.Err == nil && last.Holder != "" {
 			budget = min(budget, max(time.Until(validUntil), 0)+vouchGrace)
 		}
@@ -404,6 +414,10 @@ func (c *Client) watchLeader(ctx context.Context, key string, ch chan Leader) {
 		next := now.Add(c.recheck)
 		switch {
 		case err != nil:
+			// Read again within watchRead, not a whole re-check later:
+			// what failed (a hung master replaced by its replica, a
+			// server restarting) may answer sooner.
+			next = now.Add(min(c.recheck, watchRead))
 			if !reported || last.Err == nil && (last.Holder == "" || !now.Before(validUntil)) {
 				last, reported = Leader{Err: err}, true
 				emit(last)
