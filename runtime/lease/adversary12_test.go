@@ -1040,7 +1040,11 @@ func TestAdversary12_BurstAcrossProcesses(t *testing.T) {
 	p50, p99, mx, what := v.gapStats()
 	t.Logf("%d entries (%v); outcomes %v; handover gaps p50 %v p99 %v max %v (%s)", len(v.calls), v.enteredByProc, v.classes,
 		p50.Round(time.Microsecond), p99.Round(time.Microsecond), mx.Round(time.Millisecond), what)
-	if len(v.calls) < 300 {
+	// A lost or misrouted handover shows in the gap bound above (3s
+	// re-checks); the count only catches a run that barely ran. (On CI's
+	// loaded 2 cores, beside the parallel Cluster tests, one run made 296
+	// entries with a longest gap of 50ms: a floor of 300 failed it.)
+	if len(v.calls) < 150 {
 		t.Errorf("only %d entries in 7s", len(v.calls))
 	}
 	if v.overlaps+v.disorder+v.bad > 0 {
