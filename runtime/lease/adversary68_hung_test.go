@@ -133,6 +133,44 @@ type adv68Term struct {
 	at  time.Time
 }
 
+// adv68Leader starts a 3-master Cluster with a replica each and a
+// leader (Lead, owner, ttl) on a key of prefix's master, victim; it
+// returns once the first term started. The leader's terms come on terms;
+// the victim is resumed and the leader stopped at the test's end.
+func adv68Leader(t *testing.T, prefix, owner string, ttl time.Duration) (cl *leasetest.Cluster, victim *leasetest.Server, key string, lrec *leasetest.Recorder, terms chan adv68Term, first adv68Term) {
+	t.Helper()
+	cl = leasetest.StartClusterReplicas(t, 3, 1)
+	ctx := context.Background()
+	victim, err := cl.MasterForKey(ctx, lockKey(prefix))
+	if err != nil {
+		t.Fatal(err)
+	}
+	key = adv67KeysOn(t, cl, victim, prefix, 1)[0]
+	leader, lrec := newClient(t, cl.Client(t))
+	terms = make(chan adv68Term, 16)
+	lctx, lcancel := context.WithCancel(ctx)
+	leadDone := make(chan error, 1)
+	go func() {
+		leadDone <- leader.Lead(lctx, key, lease.LeadSpec{TTL: ttl, Owner: owner}, func(ctx context.Context) error {
+			tok, _ := lease.TokenFrom(ctx)
+			terms <- adv68Term{tok, time.Now()}
+			<-ctx.Done()
+			return nil
+		})
+	}()
+	t.Cleanup(func() {
+		victim.Resume()
+		lcancel()
+		<-leadDone
+	})
+	select {
+	case first = <-terms:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no first term")
+	}
+	return cl, victim, key, lrec, terms, first
+}
+
 // A leader (Lead, TTL 2s) on a key whose master hangs, then fails over.
 // Two watches (re-check 500ms, the default, and a minute): each reports
 // Err once the leader's lease has run out (no later than the TTL after
@@ -143,37 +181,9 @@ type adv68Term struct {
 // node).
 func TestAdversary68_WatchLeaderAcrossHungMaster(t *testing.T) {
 	t.Parallel()
-	cl := leasetest.StartClusterReplicas(t, 3, 1)
-	ctx := context.Background()
-	victim, err := cl.MasterForKey(ctx, lockKey("adv68w"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	key := adv67KeysOn(t, cl, victim, "adv68w", 1)[0]
-	leader, lrec := newClient(t, cl.Client(t))
 	const ttl = 2 * time.Second
-	terms := make(chan adv68Term, 16)
-	lctx, lcancel := context.WithCancel(ctx)
-	leadDone := make(chan error, 1)
-	go func() {
-		leadDone <- leader.Lead(lctx, key, lease.LeadSpec{TTL: ttl, Owner: "L"}, func(ctx context.Context) error {
-			tok, _ := lease.TokenFrom(ctx)
-			terms <- adv68Term{tok, time.Now()}
-			<-ctx.Done()
-			return nil
-		})
-	}()
-	defer func() {
-		victim.Resume()
-		lcancel()
-		<-leadDone
-	}()
-	var first adv68Term
-	select {
-	case first = <-terms:
-	case <-time.After(10 * time.Second):
-		t.Fatal("no first term")
-	}
+	cl, victim, key, lrec, terms, first := adv68Leader(t, "adv68w", "L", ttl)
+	ctx := context.Background()
 	_, repsD, cancelD, trD := adv68TracedObserver(t, cl, victim, key)
 	defer cancelD()
 	_, repsM, cancelM, trM := adv68TracedObserver(t, cl, victim, key, lease.WithRecheck(time.Minute))
@@ -245,37 +255,9 @@ func TestAdversary68_WatchLeaderAcrossHungMaster(t *testing.T) {
 // only a re-check later?
 func TestAdversary68_WatchLeaderLongRecheckLeaderSurvivesFailover(t *testing.T) {
 	t.Parallel()
-	cl := leasetest.StartClusterReplicas(t, 3, 1)
-	ctx := context.Background()
-	victim, err := cl.MasterForKey(ctx, lockKey("adv68s"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	key := adv67KeysOn(t, cl, victim, "adv68s", 1)[0]
-	leader, lrec := newClient(t, cl.Client(t))
 	const ttl = 15 * time.Second
-	terms := make(chan adv68Term, 16)
-	lctx, lcancel := context.WithCancel(ctx)
-	leadDone := make(chan error, 1)
-	go func() {
-		leadDone <- leader.Lead(lctx, key, lease.LeadSpec{TTL: ttl, Owner: "S"}, func(ctx context.Context) error {
-			tok, _ := lease.TokenFrom(ctx)
-			terms <- adv68Term{tok, time.Now()}
-			<-ctx.Done()
-			return nil
-		})
-	}()
-	defer func() {
-		victim.Resume()
-		lcancel()
-		<-leadDone
-	}()
-	var first adv68Term
-	select {
-	case first = <-terms:
-	case <-time.After(10 * time.Second):
-		t.Fatal("no first term")
-	}
+	cl, victim, key, lrec, _, first := adv68Leader(t, "adv68s", "S", ttl)
+	ctx := context.Background()
 	_, reps, cancelW := adv68Observer(t, cl, victim, key, lease.WithRecheck(15*time.Second))
 	defer cancelW()
 	if _, ok := reps.first(time.Time{}, 3*time.Second, func(l lease.Leader) bool { return l.Term == first.tok }); !ok {
