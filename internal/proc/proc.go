@@ -10,7 +10,7 @@ import (
 )
 
 // Stop pauses p (SIGSTOP) and returns once every thread of p has stopped,
-// or after a second. The signal is a request: on a loaded machine a
+// or after 5s. The signal is a request: on a loaded machine a
 // process goes on running for a millisecond or more after kill returns
 // (measured here with both cores busy: a child still took a timestamp
 // 1.5 ms later), so a test that pauses a process and then acts on the
@@ -21,10 +21,12 @@ func Stop(p *os.Process) error {
 	if err := p.Signal(syscall.SIGSTOP); err != nil {
 		return err
 	}
-	deadline := time.Now().Add(time.Second)
+	// A thread in uninterruptible sleep (disk I/O on a busy machine)
+	// stops only when it returns from it.
+	deadline := time.Now().Add(5 * time.Second)
 	for !stopped(p.Pid) {
 		if time.Now().After(deadline) {
-			return fmt.Errorf("proc: process %d not stopped a second after SIGSTOP", p.Pid)
+			return fmt.Errorf("proc: process %d not stopped 5s after SIGSTOP", p.Pid)
 		}
 		time.Sleep(100 * time.Microsecond)
 	}

@@ -314,11 +314,11 @@ func TestAdversary10_FencedHandoverSoakNoOverlap(t *testing.T) {
 func adv10FencedSoak(t *testing.T, direct *redis.Client, key string, clients []*lease.Client, holdMin func(ci, n int) time.Duration) []int32 {
 	t.Helper()
 	var (
-		in                      atomic.Int32
-		mu                      sync.Mutex
-		last                    lease.Token
-		overlaps, disorder, bad int
-		entries, lost, other    atomic.Int32
+		in                         atomic.Int32
+		mu                         sync.Mutex
+		last                       lease.Token
+		overlaps, disorder, bad    int
+		entries, lost, other, late atomic.Int32
 	)
 	per := make([]atomic.Int32, len(clients))
 	stop := time.Now().Add(8 * time.Second)
@@ -367,6 +367,11 @@ func adv10FencedSoak(t *testing.T, direct *redis.Client, key string, clients []*
 						lost.Add(1)
 						t.Logf("lost: %v", err)
 					case errors.Is(err, lease.ErrBusy):
+					case errors.Is(err, lease.ErrLowValidity):
+						// A grant whose process ran late (CI: a handover
+						// entered with 52ms of 300ms left) is refused,
+						// not entered: safe, and no loss.
+						late.Add(1)
 					default:
 						other.Add(1)
 						t.Logf("Do: %v", err)
@@ -376,7 +381,7 @@ func adv10FencedSoak(t *testing.T, direct *redis.Client, key string, clients []*
 		}
 	}
 	wg.Wait()
-	t.Logf("%d entries; overlaps %d, tokens out of order %d, token not the key's %d, lost %d, other errors %d", entries.Load(), overlaps, disorder, bad, lost.Load(), other.Load())
+	t.Logf("%d entries; overlaps %d, tokens out of order %d, token not the key's %d, lost %d, other errors %d, refused for low validity %d", entries.Load(), overlaps, disorder, bad, lost.Load(), other.Load(), late.Load())
 	if entries.Load() < 100 {
 		t.Errorf("only %d entries in 8s", entries.Load())
 	}

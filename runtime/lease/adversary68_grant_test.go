@@ -285,7 +285,6 @@ func (h adv68Hook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pro
 // terms that start on a free key (their "g"), handovers, stops, a watch,
 // a Do waiter and a kept lease on the same keys leave the ACL LOG empty.
 func TestAdversary68_GrantUnderACLRecipeLogsNothing(t *testing.T) {
-	t.Parallel()
 	t.Run("single", func(t *testing.T) {
 		srv := leasetest.StartRedis(t)
 		admin := srv.Client(t)
