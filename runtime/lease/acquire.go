@@ -68,12 +68,10 @@ func (a *call) acquireOnce(ctx context.Context, waitUntil time.Time) (*Lease, ti
 			}
 		}
 		cancel()
-		if mayHaveMoved(err) {
-			// Without it, a Client whose calls timed out on a hung master
-			// that the cluster replaced kept asking it for a minute
-			// (TestAdversary67_ClusterHungMasterKeysGrantedAfterFailover).
-			a.c.reloadTopology()
-		}
+		// Without it, a Client whose calls timed out on a hung master
+		// that the cluster replaced kept asking it for a minute
+		// (TestAdversary67_ClusterHungMasterKeysGrantedAfterFailover).
+		a.c.mayReload(err)
 		if err != nil && !time.Now().Before(limit) {
 			if !a.written() {
 				// Never written to a connection (the pool stayed taken, a

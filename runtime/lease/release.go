@@ -150,9 +150,10 @@ func (c *Client) releaseWith(ctx context.Context, r *relArgs, k *keys, tombKey, 
 		sarg(id), &r.hold, "PUBLISH", c.tombTTLArg, c.counterTTLArg, memberArg, tombArg}
 	res, err := c.evalArgs(ctx, releaseScript, r.argv[:])
 	if err != nil && classify(err) == outRedirect {
-		res, err = c.retryRelease(ctx, r, err)
+		res, err = c.retryRelease(ctx, r, err) // reloads after its last try
+	} else {
+		c.mayReload(err)
 	}
-	c.mayReload(err)
 	if err != nil && notSent(err) && r.hold.writes.Load() > 0 {
 		// No connection for go-redis's re-send after a lost reply (a
 		// dial error, a pool timeout): the release had been written

@@ -262,7 +262,7 @@ func (rn *renewer) renew(ctx context.Context, f *flight, batch []*renewal) {
 	}
 	for _, err := range errs {
 		if mayHaveMoved(err) {
-			rn.c.reloadTopology()
+			rn.c.reloadTopology() // once for the batch
 			break
 		}
 	}
