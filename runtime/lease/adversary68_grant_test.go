@@ -192,6 +192,19 @@ func TestAdversary68_GrantReplyLostWatchReportsThatTerm(t *testing.T) {
 			}
 			return err
 		}
+	}, pipeline: func(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+		// Cut off entirely means pipelines too (Cluster renewals and
+		// WAIT go as pipelines; none is expected here, but the cut must
+		// not depend on it).
+		return func(ctx context.Context, cmds []redis.Cmder) error {
+			if cutAll.Load() {
+				for _, cmd := range cmds {
+					cmd.SetErr(io.ErrUnexpectedEOF)
+				}
+				return io.ErrUnexpectedEOF
+			}
+			return next(ctx, cmds)
+		}
 	}})
 	cand, crec := newClient(t, rdb, lease.WithRecheck(time.Minute))
 	obs, _ := newClient(t, srv.Client(t), lease.WithRecheck(time.Minute))
@@ -270,7 +283,8 @@ func TestAdversary68_GrantReplyLostWatchReportsThatTerm(t *testing.T) {
 }
 
 type adv68Hook struct {
-	process func(redis.ProcessHook) redis.ProcessHook
+	process  func(redis.ProcessHook) redis.ProcessHook
+	pipeline func(redis.ProcessPipelineHook) redis.ProcessPipelineHook // nil: pipelines pass
 }
 
 func (h adv68Hook) DialHook(next redis.DialHook) redis.DialHook { return next }
@@ -278,7 +292,10 @@ func (h adv68Hook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return h.process(next)
 }
 func (h adv68Hook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return next
+	if h.pipeline == nil {
+		return next
+	}
+	return h.pipeline(next)
 }
 
 // The README's least-privilege ACL, on a single server and on a Cluster:
