@@ -572,3 +572,29 @@ func TestAdversary68_DoGrantPublishesNothing(t *testing.T) {
 		t.Errorf("a Do's grant published %d messages", calls["publish"])
 	}
 }
+
+// A leader read with no time left (a key without expiry here; in CI, a
+// lease read in its last milliseconds, the round trip taken off) is
+// looked at again soon, not a re-check later: with a minute-long re-check
+// the watch went on vouching for a lease that had run out.
+func TestAdversary68_WatchLooksAgainAtALeaderWithNoTimeLeft(t *testing.T) {
+	srv := leasetest.StartRedis(t)
+	rdb := srv.Client(t)
+	c, _ := newClient(t, srv.Client(t), lease.WithRecheck(time.Minute))
+	key := uniqueKey(t)
+	ctx := context.Background()
+	if err := rdb.Set(ctx, lockKey(key), fmt.Sprintf("%032x/pod-1:7", 9), 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	reps := adv68Collect(c.WatchLeader(wctx, key))
+	if _, ok := reps.first(time.Time{}, 5*time.Second, func(l lease.Leader) bool { return l.Owner == "pod-1" && l.Term == 7 }); !ok {
+		t.Fatalf("first: %v", reps)
+	}
+	gone := time.Now()
+	rdb.Del(ctx, lockKey(key))
+	if _, ok := reps.first(gone, 2*time.Second, func(l lease.Leader) bool { return l.Holder == "" && l.Err == nil }); !ok {
+		t.Fatalf("the key's end not reported within 2s (re-check a minute): %v", reps)
+	}
+}
