@@ -322,3 +322,70 @@ func TestRefusedReleaseIsReported(t *testing.T) {
 		t.Fatalf("PTTL %v: the key should end with its TTL", pttl)
 	}
 }
+
+// go-redis retries a request whose reply was lost on a new connection, and
+// a retry whose handshake reply is lost too fails before the request is
+// written: the call's error is then EOF whether or not an earlier attempt
+// was sent. The class follows what was written, not the error: an acquire
+// none of whose attempts was written is ErrRefused (nothing was granted:
+// the key is free), one whose first attempt was written and then lost is
+// ErrUnknown (the server granted it: the key is held). Seen in CI as an
+// ErrRefused from TestAdversary52_LostRepliesWhileWaiting, whose test took
+// any EOF for a sent request.
+func TestHandshakeCutRetriesAreClassedByWhatWasWritten(t *testing.T) {
+	t.Parallel()
+	srv := leasetest.StartRedis(t)
+	admin := srv.Client(t)
+	ctx := context.Background()
+	sp := lease.Spec{TTL: 5 * time.Second, Deadline: 10 * time.Second, Fence: true}
+	// A Client through a proxy of its own, with one warm connection.
+	client := func() (*leasetest.Proxy, *lease.Client, *leasetest.Recorder) {
+		p := leasetest.StartProxy(t, srv.Addr())
+		rdb := redis.NewClient(&redis.Options{Addr: p.Addr(), PoolSize: 1, MaxRetries: 3,
+			MinRetryBackoff: time.Millisecond, MaxRetryBackoff: 2 * time.Millisecond})
+		t.Cleanup(func() { rdb.Close() })
+		c, rec := newClient(t, rdb)
+		if err := c.Do(ctx, uniqueKey(t), sp, func(context.Context) error { return nil }); err != nil {
+			t.Fatalf("warm-up: %v", err)
+		}
+		return p, c, rec
+	}
+	run := func(c *lease.Client, key string) error {
+		return c.Do(ctx, key, sp, func(context.Context) error {
+			t.Errorf("%s: entered", key)
+			return nil
+		})
+	}
+
+	// Every connection dialled from now on loses its first reply (the
+	// handshake's), and the pooled one is gone: nothing is ever written.
+	p, c, rec := client()
+	p.SetNew(leasetest.CutNextReply)
+	p.CloseConns()
+	k1 := uniqueKey(t)
+	if err := run(c, k1); !errors.Is(err, lease.ErrRefused) || errors.Is(err, lease.ErrUnknown) {
+		t.Fatalf("acquire never written: %v, want ErrRefused", err)
+	}
+	if n := admin.Exists(ctx, lockKey(k1)).Val(); n != 0 {
+		t.Fatalf("acquire classed refused, but the key is held on the server")
+	}
+	if n := rec.Count(lease.EventRefused); n != 1 {
+		t.Fatalf("events %v: want one refused", kinds(rec.Events()))
+	}
+
+	// The warm connection's next reply, the acquire's, is lost, and
+	// go-redis's retries die in their handshakes.
+	p, c, rec = client()
+	p.SetNew(leasetest.CutNextReply)
+	p.Set(leasetest.CutNextReply)
+	k2 := uniqueKey(t)
+	if err := run(c, k2); !errors.Is(err, lease.ErrUnknown) {
+		t.Fatalf("acquire written, reply lost: %v, want ErrUnknown", err)
+	}
+	if n := admin.Exists(ctx, lockKey(k2)).Val(); n != 1 {
+		t.Fatalf("acquire classed unknown, but the server holds no key: the test did not cut a sent acquire")
+	}
+	if n := rec.Count(lease.EventAcquireUnknown); n != 1 {
+		t.Fatalf("events %v: want one unknown acquire", kinds(rec.Events()))
+	}
+}
