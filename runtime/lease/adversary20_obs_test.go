@@ -335,3 +335,56 @@ func TestAdversary20ObserverPanicsOnAcquired(t *testing.T) {
 		t.Errorf("Do after the Observer's panic: %v", err)
 	}
 }
+
+// The same with a kept lease: an Observer that panics on the EventAcquired
+// of a call that took the lease its Client kept. The panic reaches the
+// caller and the lease is left as a crashed holder's would be: it is not
+// renewed for longer than it would have been kept, so the key frees
+// within Keep + TTL, and the Client goes on working.
+func TestAdversary20ObserverPanicsOnKeptAcquired(t *testing.T) {
+	var armed atomic.Bool
+	panicky := lease.ObserverFunc(func(e lease.Event) {
+		if e.Kind == lease.EventAcquired && e.Kept && armed.CompareAndSwap(true, false) {
+			panic("observer panics")
+		}
+	})
+	c, err := lease.New(shared.Client(t), lease.WithObserver(panicky))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	key := uniqueKey(t)
+	ctx := context.Background()
+	sp := lease.Spec{TTL: 300 * time.Millisecond, Deadline: time.Second, Keep: 500 * time.Millisecond}
+	if err := c.Do(ctx, key, sp, func(context.Context) error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	armed.Store(true)
+	var rec any
+	func() {
+		defer func() { rec = recover() }()
+		_ = c.Do(ctx, key, sp, func(context.Context) error {
+			t.Error("fn entered")
+			return nil
+		})
+	}()
+	if rec == nil {
+		t.Fatal("the Observer's panic did not reach the caller (was the kept lease not taken?)")
+	}
+	panicked := time.Now()
+	admin := shared.Client(t)
+	for admin.Exists(ctx, lockKey(key)).Val() != 0 {
+		if time.Since(panicked) > sp.Keep+sp.TTL+500*time.Millisecond {
+			t.Fatalf("key still held %v after the panic: renewed past Keep + TTL", time.Since(panicked).Round(time.Millisecond))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if err := c.Do(ctx, key, sp, func(context.Context) error { return nil }); err != nil {
+		t.Errorf("Do after the Observer's panic: %v", err)
+	}
+	start := time.Now()
+	c.Close()
+	if d := time.Since(start); d > time.Second {
+		t.Errorf("Close took %v after the panic", d)
+	}
+}
