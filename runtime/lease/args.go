@@ -57,11 +57,17 @@ func (i *intArg) String() string { return strconv.FormatInt(i.n, 10) }
 // SCRIPT LOAD, which a least-privilege ACL need not allow). A command once
 // sent is never changed: a hook may keep it and format it later.
 func (c *Client) evalArgs(ctx context.Context, s *script, argv []any) (int64, error) {
-	argv[0], argv[1] = "evalsha", s.sha
 	// Both scripts answer one integer. A Cmd, not an IntCmd: its value
 	// stays nil unless a reply was parsed, whereas an IntCmd's zero value
 	// (0, a grant) is what it holds when a hook swallowed the error of a
 	// request that got no reply (go-redis then clears the command's error).
+	cmd := c.evalCmd(ctx, s, argv)
+	return parsedInt(cmd.Val(), cmd.Err())
+}
+
+// evalCmd is evalArgs's request, its reply left to the caller.
+func (c *Client) evalCmd(ctx context.Context, s *script, argv []any) *redis.Cmd {
+	argv[0], argv[1] = "evalsha", s.sha
 	cmd := redis.NewCmd(ctx, argv...)
 	_ = c.rdb.Process(ctx, cmd)
 	if err := cmd.Err(); err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
@@ -71,7 +77,22 @@ func (c *Client) evalArgs(ctx context.Context, s *script, argv []any) (int64, er
 		cmd = redis.NewCmd(ctx, argv...)
 		_ = c.rdb.Process(ctx, cmd)
 	}
-	return parsedInt(cmd.Val(), cmd.Err())
+	return cmd
+}
+
+// afterWrite is err, a write request's, as its outcome: an error that says
+// nothing is on the wire (a dial error, a pool timeout) for a request that
+// go-redis had written before (written: a counted argument of it was
+// marshalled, see intArg) is unknown, not refused: go-redis's re-send after
+// a lost reply found no connection, and the first send may have been
+// carried out (TestAdversary69_ForceEndHoldReplyCutThenDialRefused,
+// TestAdversary69_RenewReplyCutThenDialRefused). An error reply to a
+// re-send stays as it is, as for the acquire (see call.written).
+func afterWrite(err error, written bool) error {
+	if err != nil && written && notSent(err) {
+		return executedError{err}
+	}
+	return err
 }
 
 // errNoReply: go-redis reported success, but no reply was parsed (a hook

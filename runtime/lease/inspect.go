@@ -21,7 +21,7 @@ var (
 	endholdSrc string
 
 	inspectScript = redis.NewScript(inspectSrc)
-	endholdScript = redis.NewScript(endholdSrc)
+	endholdScript = newScript(endholdSrc)
 )
 
 // Info is what Inspect knows about one lease, read in one atomic step on
@@ -590,9 +590,15 @@ func (c *Client) ForceRelease(ctx context.Context, key, identity string) (ForceR
 // endHold ends identity's hold-min on key early (endhold.lua).
 func (c *Client) endHold(ctx context.Context, k keys, key, identity string, fail func(error) (ForceResult, error)) (ForceResult, error) {
 	var res int64
+	tomb := k.tomb + identity
 	end := func() (err error) {
-		res, err = endholdScript.Run(ctx, c.rdb, []string{k.lock, k.channel, k.tomb + identity, k.queue}, identity, "PUBLISH", ms(c.tombTTL())).Int64()
-		return err
+		// Arguments of its own for each send, one of them counted: a
+		// re-send by go-redis that found no connection leaves the end of
+		// the hold unknown, not refused (see afterWrite).
+		ttl := &intArg{n: ms(c.tombTTL())}
+		argv := []any{nil, nil, "4", sarg(&k.lock), sarg(&k.channel), sarg(&tomb), sarg(&k.queue), sarg(&identity), "PUBLISH", ttl}
+		res, err = c.evalArgs(ctx, endholdScript, argv)
+		return afterWrite(err, ttl.writes.Load() > 0)
 	}
 	// A slot migration answers TRYAGAIN (the channel and tombstone never
 	// exist): not run, sent again while ctx lasts, as a release is.

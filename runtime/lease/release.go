@@ -154,14 +154,12 @@ func (c *Client) releaseWith(ctx context.Context, r *relArgs, k *keys, tombKey, 
 	} else {
 		c.mayReload(err)
 	}
-	if err != nil && notSent(err) && r.hold.writes.Load() > 0 {
-		// No connection for go-redis's re-send after a lost reply (a
-		// dial error, a pool timeout): the release had been written
-		// before, and may have been carried out. (A re-send answered
-		// with an error says nothing of the first: go-redis also re-sends
-		// after READONLY or LOADING answers, which were not carried out.)
-		err = executedError{err}
-	}
+	// No connection for go-redis's re-send after a lost reply (a dial
+	// error, a pool timeout): the release had been written before, and
+	// may have been carried out. (A re-send answered with an error says
+	// nothing of the first: go-redis also re-sends after READONLY or
+	// LOADING answers, which were not carried out.)
+	err = afterWrite(err, r.hold.writes.Load() > 0)
 	if res >= 10 {
 		// Released (or hold set), but a message was refused.
 		res -= 10

@@ -18,7 +18,7 @@ import (
 //go:embed renew_many.lua
 var renewManySrc string
 
-var renewManyScript = redis.NewScript(renewManySrc)
+var renewManyScript = newScript(renewManySrc)
 
 // testHookRenewed, when set by a test, runs after a batch's answer came
 // and before it is applied (a renewer goroutine scheduled late).
@@ -405,13 +405,19 @@ func (rn *renewer) send(ctx context.Context, batch []*renewal) ([]int64, []error
 		rn.sendCluster(ctx, batch, results, errs)
 		return results, errs
 	}
-	keys := make([]string, len(batch))
-	args := make([]any, 0, 2*len(batch))
+	// EVALSHA with the keys, then each lease's identity and TTL; the TTLs
+	// count their writes (see afterWrite).
+	n := len(batch)
+	argv := make([]any, 3+3*n)
+	ttls := make([]intArg, n)
+	argv[2] = n
 	for i, r := range batch {
-		keys[i] = r.a.k.lock
-		args = append(args, r.a.id, ms(r.a.spec.TTL))
+		ttls[i].n = ms(r.a.spec.TTL)
+		argv[3+i] = r.a.k.lock
+		argv[3+n+2*i], argv[3+n+2*i+1] = r.a.id, &ttls[i]
 	}
-	res, err := renewManyScript.Run(ctx, rn.c.rdb, keys, args...).Int64Slice()
+	res, err := rn.c.evalCmd(ctx, renewManyScript, argv).Int64Slice()
+	err = afterWrite(err, ttls[0].writes.Load() > 0)
 	if err == nil && len(res) != len(batch) {
 		err = errors.New("lease: unexpected renew reply")
 	}
@@ -432,11 +438,13 @@ func (rn *renewer) sendCluster(ctx context.Context, batch []*renewal, results []
 	for _, eval := range []bool{false, true} {
 		pipe := rn.c.rdb.Pipeline()
 		cmds := make([]*redis.Cmd, len(batch))
+		ttls := make([]intArg, len(batch)) // counted (see afterWrite)
 		for i, r := range batch {
 			if eval && !(errs[i] != nil && redis.HasErrorPrefix(errs[i], "NOSCRIPT")) {
 				continue
 			}
-			keys, args := []string{r.a.k.lock}, []any{r.a.id, ms(r.a.spec.TTL)}
+			ttls[i].n = ms(r.a.spec.TTL)
+			keys, args := []string{r.a.k.lock}, []any{r.a.id, &ttls[i]}
 			if eval {
 				cmds[i] = pipe.Eval(ctx, renewSrc, keys, args...)
 			} else {
@@ -450,6 +458,7 @@ func (rn *renewer) sendCluster(ctx context.Context, batch []*renewal, results []
 				continue
 			}
 			results[i], errs[i] = c.Int64()
+			errs[i] = afterWrite(errs[i], ttls[i].writes.Load() > 0)
 			if errs[i] != nil && redis.HasErrorPrefix(errs[i], "NOSCRIPT") {
 				noscript = true
 			}
@@ -559,9 +568,11 @@ func (rn *renewer) sendGroups(ctx context.Context, order []redis.Pipeliner, grou
 func (rn *renewer) sendWaited(ctx context.Context, pipe redis.Pipeliner, batch []*renewal, idx []int, results []int64, errs []error, asking bool) {
 	for _, eval := range []bool{false, true} {
 		cmds := make([]*redis.Cmd, 0, len(idx))
-		for _, i := range idx {
+		ttls := make([]intArg, len(idx)) // counted (see afterWrite)
+		for k, i := range idx {
 			r := batch[i]
-			keys, args := []string{r.a.k.lock}, []any{r.a.id, ms(r.a.spec.TTL)}
+			ttls[k].n = ms(r.a.spec.TTL)
+			keys, args := []string{r.a.k.lock}, []any{r.a.id, &ttls[k]}
 			if asking {
 				pipe.Do(ctx, "ASKING")
 			}
@@ -583,6 +594,7 @@ func (rn *renewer) sendWaited(ctx context.Context, pipe redis.Pipeliner, batch [
 		noscript := false
 		for k, i := range idx {
 			results[i], errs[i] = cmds[k].Int64()
+			errs[i] = afterWrite(errs[i], ttls[k].writes.Load() > 0)
 			if errs[i] != nil && redis.HasErrorPrefix(errs[i], "NOSCRIPT") {
 				noscript = true
 			}
