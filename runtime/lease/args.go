@@ -5,6 +5,7 @@ import (
 	"errors"
 	"slices"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"unsafe"
 
@@ -80,19 +81,47 @@ func (c *Client) evalCmd(ctx context.Context, s *script, argv []any) *redis.Cmd 
 	return cmd
 }
 
-// afterWrite is err, a write request's, as its outcome: an error that says
-// nothing is on the wire (a dial error, a pool timeout) for a request that
-// go-redis had written before (written: a counted argument of it was
-// marshalled, see intArg) is unknown, not refused: go-redis's re-send after
-// a lost reply found no connection, and the first send may have been
-// carried out (TestAdversary69_ForceEndHoldReplyCutThenDialRefused,
-// TestAdversary69_RenewReplyCutThenDialRefused). An error reply to a
-// re-send stays as it is, as for the acquire (see call.written).
-func afterWrite(err error, written bool) error {
-	if err != nil && written && notSent(err) {
+// afterWrite is err, a write request's, as its outcome, given how often
+// go-redis wrote the request (writes: a counted argument's, see intArg):
+//
+//   - an error that says nothing is on the wire (a dial error, a pool
+//     timeout) for a request written before is unknown, not refused:
+//     go-redis's re-send after a lost reply found no connection, and the
+//     first send may have been carried out;
+//   - so is an error reply to a re-send (written more than once) that
+//     go-redis does not send again after: it re-sends after a lost reply
+//     or after the few answers it retries (READONLY, LOADING, TRYAGAIN,
+//     ...), so a final NOPERM or OOM after a re-send may follow a first
+//     send that was carried out. A retried answer itself (READONLY after
+//     every try) stays refused: nothing tells it from one that followed a
+//     lost reply, and every try of it was refused.
+//
+// (TestAdversary69_ForceEndHoldReplyCutThenDialRefused,
+// TestAdversary69_RenewReplyCutThenDialRefused,
+// TestAdversary69b_ForceEndHoldCutThenErrorReply.)
+func afterWrite(err error, writes int32) error {
+	if err == nil || writes == 0 {
+		return err
+	}
+	if notSent(err) {
+		return executedError{err}
+	}
+	var rerr redis.Error
+	if writes > 1 && errors.As(err, &rerr) && !resentAfter(err) {
 		return executedError{err}
 	}
 	return err
+}
+
+// resentAfter reports error answers after which go-redis sends a request
+// again (its shouldRetry; MOVED and ASK a Cluster client follows).
+func resentAfter(err error) bool {
+	for _, p := range []string{"READONLY", "LOADING", "MASTERDOWN", "CLUSTERDOWN", "TRYAGAIN", "NOREPLICAS", "MOVED", "ASK"} {
+		if redis.HasErrorPrefix(err, p) {
+			return true
+		}
+	}
+	return strings.HasPrefix(err.Error(), "ERR max number of clients reached")
 }
 
 // errNoReply: go-redis reported success, but no reply was parsed (a hook

@@ -417,7 +417,7 @@ func (rn *renewer) send(ctx context.Context, batch []*renewal) ([]int64, []error
 		argv[3+n+2*i], argv[3+n+2*i+1] = r.a.id, &ttls[i]
 	}
 	res, err := rn.c.evalCmd(ctx, renewManyScript, argv).Int64Slice()
-	err = afterWrite(err, ttls[0].writes.Load() > 0)
+	err = afterWrite(err, ttls[0].writes.Load())
 	if err == nil && len(res) != len(batch) {
 		err = errors.New("lease: unexpected renew reply")
 	}
@@ -435,13 +435,18 @@ func (rn *renewer) sendCluster(ctx context.Context, batch []*renewal, results []
 	// EVALSHA first; on NOSCRIPT (a restarted or flushed node) the same
 	// renewals again by EVAL, as Script.Run does (no SCRIPT LOAD, which a
 	// least-privilege ACL need not allow).
+	// Counted (see afterWrite), over both passes: an EVALSHA that go-redis
+	// sent twice before its NOSCRIPT answer may have run the first time.
+	ttls := make([]intArg, len(batch))
 	for _, eval := range []bool{false, true} {
 		pipe := rn.c.rdb.Pipeline()
 		cmds := make([]*redis.Cmd, len(batch))
-		ttls := make([]intArg, len(batch)) // counted (see afterWrite)
 		for i, r := range batch {
 			if eval && !(errs[i] != nil && redis.HasErrorPrefix(errs[i], "NOSCRIPT")) {
 				continue
+			}
+			if eval {
+				ttls[i].writes.CompareAndSwap(1, 0) // as forgetNoScript
 			}
 			ttls[i].n = ms(r.a.spec.TTL)
 			keys, args := []string{r.a.k.lock}, []any{r.a.id, &ttls[i]}
@@ -458,7 +463,7 @@ func (rn *renewer) sendCluster(ctx context.Context, batch []*renewal, results []
 				continue
 			}
 			results[i], errs[i] = c.Int64()
-			errs[i] = afterWrite(errs[i], ttls[i].writes.Load() > 0)
+			errs[i] = afterWrite(errs[i], ttls[i].writes.Load())
 			if errs[i] != nil && redis.HasErrorPrefix(errs[i], "NOSCRIPT") {
 				noscript = true
 			}
@@ -566,11 +571,17 @@ func (rn *renewer) sendGroups(ctx context.Context, order []redis.Pipeliner, grou
 // With asking (keys a migration moved to pipe's master), each is preceded
 // by ASKING.
 func (rn *renewer) sendWaited(ctx context.Context, pipe redis.Pipeliner, batch []*renewal, idx []int, results []int64, errs []error, asking bool) {
+	// Counted (see afterWrite), over both passes, as in sendCluster.
+	ttls := make([]intArg, len(idx))
 	for _, eval := range []bool{false, true} {
 		cmds := make([]*redis.Cmd, 0, len(idx))
-		ttls := make([]intArg, len(idx)) // counted (see afterWrite)
 		for k, i := range idx {
 			r := batch[i]
+			if eval && redis.HasErrorPrefix(errs[i], "NOSCRIPT") {
+				// As forgetNoScript. The EVAL pass sends every renewal
+				// again: the others keep their count (they may have run).
+				ttls[k].writes.CompareAndSwap(1, 0)
+			}
 			ttls[k].n = ms(r.a.spec.TTL)
 			keys, args := []string{r.a.k.lock}, []any{r.a.id, &ttls[k]}
 			if asking {
@@ -594,7 +605,7 @@ func (rn *renewer) sendWaited(ctx context.Context, pipe redis.Pipeliner, batch [
 		noscript := false
 		for k, i := range idx {
 			results[i], errs[i] = cmds[k].Int64()
-			errs[i] = afterWrite(errs[i], ttls[k].writes.Load() > 0)
+			errs[i] = afterWrite(errs[i], ttls[k].writes.Load())
 			if errs[i] != nil && redis.HasErrorPrefix(errs[i], "NOSCRIPT") {
 				noscript = true
 			}
