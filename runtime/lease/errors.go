@@ -38,11 +38,15 @@ var (
 	// was not called and no release is sent. Usually a
 	// deployment or configuration problem. When a reply is lost and
 	// go-redis's retry then cannot connect (a dial error, a pool timeout),
-	// the acquire (or release) had been written, so the outcome is
-	// ErrUnknown, not this.
-	// One limit, from go-redis: when such a retry gets an error reply
-	// (READONLY after a failover, LOADING after a restart), only that reply
-	// is returned, although the first attempt may have been granted; such a
+	// or is answered with an error go-redis does not retry after (NOPERM,
+	// OOM), the request (an acquire, a release, a renewal, ForceRelease's
+	// end of a hold) had been written, so the outcome is ErrUnknown, not
+	// this: the runtime counts the writes of its own arguments.
+	// One limit, from go-redis: when such a retry gets an error reply that
+	// go-redis retries after (READONLY after a failover, LOADING after a
+	// restart) until its retries run out, only that reply is returned,
+	// and nothing tells it from a request refused every time; it is
+	// ErrRefused, although the first attempt may have been granted. Such a
 	// grant, to an identity nobody uses, ends with its TTL.
 	ErrRefused = errors.New("lease: refused")
 
