@@ -19,7 +19,6 @@ import (
 // sent), ErrLowValidity.
 func (a *call) acquireOnce(ctx context.Context, waitUntil time.Time) (*Lease, time.Duration, error) {
 	ttl := a.spec.TTL
-	a.resent = false
 	for try := 0; ; try++ {
 		a.seq++
 		sent := time.Now()
@@ -76,7 +75,7 @@ func (a *call) acquireOnce(ctx context.Context, waitUntil time.Time) (*Lease, ti
 		if err != nil && a.curAcq != nil {
 			// A dial error after a send, or a final error answer after a
 			// re-send: unknown (see afterWrite).
-			err = afterWrite(err, a.curAcq.ttl.writes.Load())
+			err = a.c.afterWrite(err, a.curAcq.ttl.writes.Load())
 		}
 		if err != nil && !time.Now().Before(limit) {
 			if !a.written() {
@@ -96,21 +95,10 @@ func (a *call) acquireOnce(ctx context.Context, waitUntil time.Time) (*Lease, ti
 			case outRedirect:
 				// The slot is moving or the cluster is reconfiguring: not
 				// executed. Retry while a grant could still be entered
-				// (the slot map is being reloaded, above). But an acquire
-				// that go-redis sent more than once before that answer
-				// may have run the first time: whatever the tries after
-				// it answer, the outcome is unknown unless one of them
-				// parses a reply (the script answers a replay of its own
-				// grant as a grant).
-				if a.curAcq != nil && a.curAcq.ttl.writes.Load() > 1 {
-					a.resent = true
-				}
+				// (the slot map is being reloaded, above).
 				pause := min(time.Duration(try+1)*10*time.Millisecond, 100*time.Millisecond)
 				if time.Now().Add(pause).Before(a.end.Add(-a.reserve-a.spec.MinValidity)) && sleepCtx(ctx, pause) {
 					continue
-				}
-				if a.resent {
-					return nil, 0, a.unknown(ctx, err, false)
 				}
 				return nil, 0, a.refused("acquire", err)
 			case outRefused:
@@ -155,11 +143,9 @@ func (a *call) acquireOnce(ctx context.Context, waitUntil time.Time) (*Lease, ti
 }
 
 // written reports whether go-redis wrote the last acquire to a connection
-// (its TTL argument was marshalled), or an earlier try of this one that
-// was answered by a redirect after a re-send (resent): only then may it
-// have been executed.
+// (its TTL argument was marshalled): only then may it have been executed.
 func (a *call) written() bool {
-	return a.resent || a.curAcq != nil && a.curAcq.ttl.writes.Load() > 0
+	return a.curAcq != nil && a.curAcq.ttl.writes.Load() > 0
 }
 
 // granted makes the call's lease for a confirmed grant (a.sent and a.token

@@ -88,18 +88,22 @@ func (c *Client) evalCmd(ctx context.Context, s *script, argv []any) *redis.Cmd 
 //     timeout) for a request written before is unknown, not refused:
 //     go-redis's re-send after a lost reply found no connection, and the
 //     first send may have been carried out;
-//   - so is an error reply to a re-send (written more than once) that
-//     go-redis does not send again after: it re-sends after a lost reply
-//     or after the few answers it retries (READONLY, LOADING, TRYAGAIN,
+//   - so is, off Cluster, an error reply to a re-send (written more than
+//     once) that go-redis does not send again after: it re-sends after a
+//     lost reply or after the few answers it retries (READONLY, LOADING,
 //     ...), so a final NOPERM or OOM after a re-send may follow a first
 //     send that was carried out. A retried answer itself (READONLY after
 //     every try) stays refused: nothing tells it from one that followed a
-//     lost reply, and every try of it was refused.
+//     lost reply, and every try of it was refused. A Cluster client also
+//     writes a request again to follow MOVED and ASK, which were not
+//     carried out, so there the count cannot tell, and an error reply
+//     stays refused (TestAdversary69c_ClusterMovedThenOOMAcquire,
+//     TestAdversary69c_AcquireDuringLongMigration).
 //
 // (TestAdversary69_ForceEndHoldReplyCutThenDialRefused,
 // TestAdversary69_RenewReplyCutThenDialRefused,
 // TestAdversary69b_ForceEndHoldCutThenErrorReply.)
-func afterWrite(err error, writes int32) error {
+func (c *Client) afterWrite(err error, writes int32) error {
 	if err == nil || writes == 0 {
 		return err
 	}
@@ -107,7 +111,7 @@ func afterWrite(err error, writes int32) error {
 		return executedError{err}
 	}
 	var rerr redis.Error
-	if writes > 1 && errors.As(err, &rerr) && !resentAfter(err) {
+	if writes > 1 && !c.cluster && errors.As(err, &rerr) && !resentAfter(err) {
 		return executedError{err}
 	}
 	return err

@@ -20,6 +20,10 @@ type Client struct {
 	// for a *redis.Client without ContextTimeoutEnabled the clone rdb is.
 	user redis.UniversalClient
 
+	// cluster: rdb is a Cluster client, which writes a request again to
+	// follow MOVED and ASK (see afterWrite).
+	cluster bool
+
 	// cmdTable is closed once a Cluster client's command table is loaded
 	// (nil for a single server): see loadCommandTable.
 	cmdTable chan struct{}
@@ -251,7 +255,7 @@ func New(rdb redis.UniversalClient, opts ...Option) (*Client, error) {
 		if o := r.Options(); o.ReadTimeout < 0 || o.WriteTimeout < 0 {
 			return nil, errNoDeadlines("*redis.ClusterClient", "redis.ClusterOptions")
 		}
-		c.rdb, c.user = r, r
+		c.rdb, c.user, c.cluster = r, r, true
 	default:
 		return nil, fmt.Errorf("lease: unsupported client %T: need a *redis.Client or *redis.ClusterClient (the runtime must know that context deadlines reach socket reads)", rdb)
 	}

@@ -187,7 +187,6 @@ type call struct {
 	// retry) gets new ones, so that a command a go-redis hook kept never
 	// changes under it.
 	curAcq  *acqArgs // the last acquire's (see written)
-	resent  bool     // a try of this acquireOnce, re-sent by go-redis, was answered by a redirect (see written)
 	acqUsed bool
 	rel     relArgs // the call's own release's (sendRelease)
 	relUsed bool

@@ -47,7 +47,9 @@ var (
 	// restart) until its retries run out, only that reply is returned,
 	// and nothing tells it from a request refused every time; it is
 	// ErrRefused, although the first attempt may have been granted. Such a
-	// grant, to an identity nobody uses, ends with its TTL.
+	// grant, to an identity nobody uses, ends with its TTL. On a Cluster,
+	// whose client also writes a request again to follow MOVED and ASK,
+	// any error answer is taken as it comes.
 	ErrRefused = errors.New("lease: refused")
 
 	// ErrLost: the lease ended while the function ran (renewal refused, its

@@ -591,7 +591,6 @@ func (c *Client) ForceRelease(ctx context.Context, key, identity string) (ForceR
 func (c *Client) endHold(ctx context.Context, k keys, key, identity string, fail func(error) (ForceResult, error)) (ForceResult, error) {
 	var res int64
 	tomb := k.tomb + identity
-	resent := false // a send go-redis wrote twice ended in a redirect: its first may have run
 	end := func() (err error) {
 		// Arguments of its own for each send, one of them counted: a
 		// re-send by go-redis that found no connection leaves the end of
@@ -599,19 +598,11 @@ func (c *Client) endHold(ctx context.Context, k keys, key, identity string, fail
 		ttl := &intArg{n: ms(c.tombTTL())}
 		argv := []any{nil, nil, "4", sarg(&k.lock), sarg(&k.channel), sarg(&tomb), sarg(&k.queue), sarg(&identity), "PUBLISH", ttl}
 		res, err = c.evalArgs(ctx, endholdScript, argv)
-		n := ttl.writes.Load()
-		err = afterWrite(err, n)
-		if n > 1 && classify(err) == outRedirect {
-			resent = true
-		}
-		return err
+		return c.afterWrite(err, ttl.writes.Load())
 	}
 	// A slot migration answers TRYAGAIN (the channel and tombstone never
 	// exist): not run, sent again while ctx lasts, as a release is.
 	if err := c.retryRedirected(ctx, c.releaseTimeout, end(), end); err != nil {
-		if resent && classify(err) != outUnknown {
-			err = executedError{err}
-		}
 		return fail(err)
 	}
 	if res == 11 { // ended, but its message was refused

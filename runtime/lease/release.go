@@ -159,7 +159,7 @@ func (c *Client) releaseWith(ctx context.Context, r *relArgs, k *keys, tombKey, 
 	// may have been carried out. (A re-send answered with an error says
 	// nothing of the first: go-redis also re-sends after READONLY or
 	// LOADING answers, which were not carried out.)
-	err = afterWrite(err, r.hold.writes.Load())
+	err = c.afterWrite(err, r.hold.writes.Load())
 	if res >= 10 {
 		// Released (or hold set), but a message was refused.
 		res -= 10

@@ -417,7 +417,7 @@ func (rn *renewer) send(ctx context.Context, batch []*renewal) ([]int64, []error
 		argv[3+n+2*i], argv[3+n+2*i+1] = r.a.id, &ttls[i]
 	}
 	res, err := rn.c.evalCmd(ctx, renewManyScript, argv).Int64Slice()
-	err = afterWrite(err, ttls[0].writes.Load())
+	err = rn.c.afterWrite(err, ttls[0].writes.Load())
 	if err == nil && len(res) != len(batch) {
 		err = errors.New("lease: unexpected renew reply")
 	}
@@ -463,7 +463,7 @@ func (rn *renewer) sendCluster(ctx context.Context, batch []*renewal, results []
 				continue
 			}
 			results[i], errs[i] = c.Int64()
-			errs[i] = afterWrite(errs[i], ttls[i].writes.Load())
+			errs[i] = rn.c.afterWrite(errs[i], ttls[i].writes.Load())
 			if errs[i] != nil && redis.HasErrorPrefix(errs[i], "NOSCRIPT") {
 				noscript = true
 			}
@@ -605,7 +605,7 @@ func (rn *renewer) sendWaited(ctx context.Context, pipe redis.Pipeliner, batch [
 		noscript := false
 		for k, i := range idx {
 			results[i], errs[i] = cmds[k].Int64()
-			errs[i] = afterWrite(errs[i], ttls[k].writes.Load())
+			errs[i] = rn.c.afterWrite(errs[i], ttls[k].writes.Load())
 			if errs[i] != nil && redis.HasErrorPrefix(errs[i], "NOSCRIPT") {
 				noscript = true
 			}
