@@ -82,17 +82,7 @@ func TestAdversary69_ForceEndHoldReplyCutThenDialRefused(t *testing.T) {
 	ctx := context.Background()
 	holder, _ := newClient(t, srv.Client(t))
 
-	hold := func(key string) lease.Info {
-		if err := holder.Do(ctx, key, lease.Spec{TTL: 5 * time.Second, Deadline: 5 * time.Second, HoldMin: 4 * time.Second},
-			func(context.Context) error { return nil }); err != nil {
-			t.Fatalf("holder: %v", err)
-		}
-		info, err := holder.Inspect(ctx, key)
-		if err != nil || !info.Hold || info.Holder == "" {
-			t.Fatalf("inspect: %+v, %v: want a hold", info, err)
-		}
-		return info
-	}
+	hold := func(key string) lease.Info { return adv69Hold(t, holder, key) }
 	// The server's script cache gets endhold.lua (an EVALSHA answered
 	// NOSCRIPT was not carried out, and is rightly refused).
 	if res, err := holder.ForceRelease(ctx, "warm", hold("warm").Holder); err != nil || res != lease.ForceHoldEnded {
@@ -172,4 +162,21 @@ func TestAdversary69_ForceReleaseReplyCutThenDialRefused(t *testing.T) {
 	if !errors.Is(derr, lease.ErrLost) {
 		t.Fatalf("holder's Do: %v, want ErrLost", derr)
 	}
+}
+
+// adv69Hold makes holder hold key with a hold-min (4s, of a 5s TTL) after
+// its call returned, and returns the key's Info (its Holder is the
+// identity ForceRelease ends the hold of).
+func adv69Hold(t *testing.T, holder *lease.Client, key string) lease.Info {
+	t.Helper()
+	ctx := context.Background()
+	if err := holder.Do(ctx, key, lease.Spec{TTL: 5 * time.Second, Deadline: 5 * time.Second, HoldMin: 4 * time.Second},
+		func(context.Context) error { return nil }); err != nil {
+		t.Fatalf("holder: %v", err)
+	}
+	info, err := holder.Inspect(ctx, key)
+	if err != nil || !info.Hold || info.Holder == "" {
+		t.Fatalf("inspect: %+v, %v: want a hold", info, err)
+	}
+	return info
 }

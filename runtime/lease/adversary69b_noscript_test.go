@@ -294,17 +294,7 @@ func TestAdversary69b_ForceEndHoldNoscript(t *testing.T) {
 			admin := srv.Client(t)
 			ctx := context.Background()
 			holder, _ := newClient(t, srv.Client(t))
-			hold := func(key string) lease.Info {
-				if err := holder.Do(ctx, key, lease.Spec{TTL: 5 * time.Second, Deadline: 5 * time.Second, HoldMin: 4 * time.Second},
-					func(context.Context) error { return nil }); err != nil {
-					t.Fatalf("holder: %v", err)
-				}
-				info, err := holder.Inspect(ctx, key)
-				if err != nil || !info.Hold || info.Holder == "" {
-					t.Fatalf("inspect: %+v, %v: want a hold", info, err)
-				}
-				return info
-			}
+			hold := func(key string) lease.Info { return adv69Hold(t, holder, key) }
 			flush := func() {
 				if err := admin.ScriptFlush(context.Background()).Err(); err != nil {
 					t.Errorf("script flush: %v", err)
