@@ -330,7 +330,9 @@ func TestAdversary68_ListResumedAcrossHungMasterFailover(t *testing.T) {
 	pausedAt := time.Now()
 	victim.Pause()
 	var failedOver atomic.Int64
+	foDone := make(chan struct{})
 	go func() {
+		defer close(foDone)
 		fctx, cancel := context.WithTimeout(ctx, 15*time.Second)
 		defer cancel()
 		if _, err := cl.WaitFailover(fctx, victim); err == nil {
@@ -361,6 +363,10 @@ func TestAdversary68_ListResumedAcrossHungMasterFailover(t *testing.T) {
 		}
 	}
 	endedAt := time.Now()
+	// The listing may end (its reload found the new master) before the
+	// watcher of the failover, polling on a loaded machine, has seen it
+	// (CI: "no failover" 9s into a 15s wait).
+	<-foDone
 	fo := time.Unix(0, failedOver.Load())
 	if failedOver.Load() == 0 {
 		t.Fatalf("no failover within 15s")
