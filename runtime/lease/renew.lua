@@ -2,9 +2,14 @@
 -- KEYS[1] lock key; ARGV[1] identity, ARGV[2] ttl ms
 -- Returns 1 when extended, 0 when not the owner (expired, taken, or
 -- released with a hold: "~" marks it), -2 when the key holds a value of
--- another type (overwritten from outside). Safe to replay.
+-- another type (overwritten from outside). Any other error of GET (an ACL
+-- without +get) is the answer: a refusal, not a key overwritten. Safe to
+-- replay.
 local v = redis.pcall('GET', KEYS[1])
-if type(v) == 'table' and v.err then return -2 end
+if type(v) == 'table' and v.err then
+  if string.find(v.err, 'WRONGTYPE', 1, true) then return -2 end
+  return v
+end
 if v then
   local sep = string.find(v, ':', 1, true)
   if sep and string.sub(v, 1, sep - 1) == ARGV[1] then
