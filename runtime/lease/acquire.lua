@@ -141,7 +141,9 @@ if life > 0 then
     -- release passed over) is refused, its ZADD undone, nothing changed
     -- (TestAdversary54_RefusedRecheckKeepsQueueExpiry). Commands the
     -- least-privilege ACL (README) allows.
-    if not string.find(added.err, 'OOM', 1, true) then return added end
+    -- A refusal's message from pcall names no command (an ACL's "can't
+    -- run this command"): this one is named.
+    if not string.find(added.err, 'OOM', 1, true) then return {err = added.err .. ' (the acquire script calls ZADD)'} end
     if not redis.call('HGET', KEYS[4], ARGV[6]) then return refusal(added) end
     redis.call('HDEL', KEYS[4], '')
     if redis.call('ZADD', KEYS[3], 'NX', arrival, ARGV[6]) == 1 then

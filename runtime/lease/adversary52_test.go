@@ -44,6 +44,9 @@ func adv52Reply(v any, err error) string {
 			s = s[:i]
 		}
 		s = regexp.MustCompile(`user_script:[0-9]+`).ReplaceAllString(s, "user_script:N")
+		// Since the scripts of 2026-12-05 a refused ZADD is named: the
+		// same refusal.
+		s = strings.TrimSuffix(s, " (the acquire script calls ZADD)")
 		return "error: " + s
 	}
 	switch n := v.(type) {

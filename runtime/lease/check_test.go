@@ -1,0 +1,89 @@
+package lease_test
+
+import (
+	"context"
+	"errors"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/leasegen/leasegen/runtime/lease"
+	"github.com/leasegen/leasegen/runtime/leasetest"
+)
+
+// Client.Check with the README's least-privilege user: every step runs
+// clean, and nothing is left in Redis once the release tombstones expired.
+func TestCheckLeastPrivilegeRunsClean(t *testing.T) {
+	t.Parallel()
+	srv := leasetest.StartRedis(t)
+	admin := srv.Client(t)
+	c, rec := newClient(t, aclClient(t, srv, "leases", leastPrivilege...))
+	steps, err := c.Check(context.Background())
+	for _, s := range steps {
+		t.Logf("%v\t%s: %v", s.Took.Round(time.Millisecond), s.Name, s.Err)
+	}
+	if err != nil {
+		t.Fatalf("Check with the least-privilege recipe: %v", err)
+	}
+	if len(steps) != 7 {
+		t.Errorf("%d steps, want 7", len(steps))
+	}
+	for _, s := range steps {
+		if s.Err != nil || s.Took <= 0 || s.Name == "" {
+			t.Errorf("step %+v", s)
+		}
+	}
+	if n := len(rec.Events()); n != 0 {
+		t.Errorf("Check reported %d events to the Client's own Observer: its calls are its own Clients'", n)
+	}
+	// Tombstones live 4 release timeouts (1s).
+	time.Sleep(1200 * time.Millisecond)
+	if keys := admin.Keys(context.Background(), "*").Val(); len(keys) != 0 {
+		t.Errorf("Check left keys behind: %q", keys)
+	}
+}
+
+// Every permission of the recipe, taken out, makes Check fail naming the
+// command Redis refused: the gaps that show late in a service (README,
+// Recipes) show at once here.
+func TestCheckNamesEachMissingPermission(t *testing.T) {
+	t.Parallel()
+	srv := leasetest.StartRedis(t)
+	ctx := context.Background()
+	for _, perm := range leastPrivilege {
+		if !strings.HasPrefix(perm, "+") {
+			continue
+		}
+		cmd := perm[1:]
+		c, _ := newClient(t, aclClient(t, srv, "u-"+strings.ReplaceAll(cmd, "|", "-"), without(leastPrivilege, perm)...))
+		_, err := c.Check(ctx)
+		if err == nil {
+			t.Errorf("without %s: Check found nothing", perm)
+			continue
+		}
+		if !namesCommand(err, cmd) {
+			t.Errorf("without %s: Check does not name %q:\n%v", perm, cmd, err)
+		}
+	}
+}
+
+// namesCommand reports whether err names command cmd as refused: Redis's
+// NOPERM ("... the 'hget' command"), Check's note on a script's refused
+// line ("that line calls HGET"), or the acquire script's on its ZADD.
+func namesCommand(err error, cmd string) bool {
+	m := strings.ToLower(err.Error())
+	if strings.Contains(m, "'"+cmd+"' command") {
+		return true
+	}
+	return regexp.MustCompile(`calls ([a-z|]+, )*` + regexp.QuoteMeta(cmd) + `[,:)]`).MatchString(m)
+}
+
+// Check on a closed Client sends nothing.
+func TestCheckAfterClose(t *testing.T) {
+	c, _ := sharedClient(t)
+	c.Close()
+	if _, err := c.Check(context.Background()); !errors.Is(err, lease.ErrClosed) {
+		t.Fatalf("Check after Close: %v, want ErrClosed", err)
+	}
+}
