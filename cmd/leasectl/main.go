@@ -1,7 +1,8 @@
 // Command leasectl shows and operates the leases that leasegen's runtime
 // keeps in Redis: who holds what, with which fencing token, for how long,
 // who waits; it can force-release a stuck lease and watch grants and
-// releases live.
+// releases live, and check that a service's ACL user can run every path
+// of the runtime.
 //
 //	go get -tool github.com/leasegen/leasegen/cmd/leasectl
 //	export REDIS_URL=redis://user:password@redis.internal:6379/0
@@ -9,6 +10,7 @@
 //	go tool leasectl show orders:42
 //	go tool leasectl release orders:42
 //	go tool leasectl watch 'orders:*'
+//	go tool leasectl check -url redis://leases:secret@redis.internal:6379/0
 //
 // Every command takes the connection flags: -url (default $REDIS_URL, else
 // redis://localhost:6379; rediss:// for TLS, with -cacert for a private
