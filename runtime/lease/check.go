@@ -35,8 +35,9 @@ const checkStepTimeout = 5 * time.Second
 // hands it the key (the queue, the subscription, the handover); a
 // renewal; a hold-min and a call waiting for it to end; a kept lease
 // given up to a caller that asks for it; and the commands sent only now
-// and then (EVAL, after a restart or a SCRIPT FLUSH emptied the script
-// cache; PUBSUB NUMSUB, by a release that hands over; ASKING on a
+// and then, each on its own (EVAL, after a restart or a SCRIPT FLUSH
+// emptied the script cache; EXISTS, by a kept lease's check; PUBLISH;
+// PUBSUB NUMSUB, by a release that hands over; UNSUBSCRIBE; ASKING on a
 // Cluster, to follow a slot migration). It uses two Clients of its own on
 // the same go-redis client with this Client's options, as two processes
 // of a service would, so that every command the runtime sends is sent.
