@@ -51,11 +51,17 @@ const checkStepTimeout = 5 * time.Second
 // ones) and leaves nothing behind but the fencing counter of its keys,
 // which it deletes (a user without +del keeps them for the counter TTL).
 // It does not try operators' commands (Inspect, List, ForceRelease,
-// Watch; see leasectl's ACL recipe).
+// Watch; see leasectl's ACL recipe). Close ends it: its error then wraps
+// ErrClosed.
 func (c *Client) Check(ctx context.Context) ([]CheckStep, error) {
 	if c.closed.Load() {
 		return nil, fmt.Errorf("%w: Check", ErrClosed)
 	}
+	// Close ends the check as a cancelled ctx would (the go-redis client
+	// may be closed next), with ErrClosed.
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	defer context.AfterFunc(ctxOf(c.hub.closing), cancel)()
 	rec := &checkObserver{}
 	a, err := c.sibling(rec)
 	if err != nil {
@@ -163,6 +169,9 @@ func (c *Client) Check(ctx context.Context) ([]CheckStep, error) {
 	cancel()
 
 	var errs []error
+	if c.closed.Load() {
+		errs = append(errs, fmt.Errorf("%w: Check ended by Close", ErrClosed))
+	}
 	for _, s := range steps {
 		if s.Err != nil {
 			errs = append(errs, fmt.Errorf("%s: %w", s.Name, s.Err))

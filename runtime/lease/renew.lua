@@ -8,7 +8,9 @@
 local v = redis.pcall('GET', KEYS[1])
 if type(v) == 'table' and v.err then
   if string.find(v.err, 'WRONGTYPE', 1, true) then return -2 end
-  return v
+  -- pcall's error names no command (an ACL's "can't run this command"):
+  -- this one is named.
+  return {err = v.err .. ' (the renewal script calls GET)'}
 end
 if v then
   local sep = string.find(v, ':', 1, true)

@@ -10,7 +10,9 @@ for i = 1, #KEYS do
   local ok = 0
   local v = redis.pcall('GET', KEYS[i])
   if type(v) == 'table' and v.err then
-    if not string.find(v.err, 'WRONGTYPE', 1, true) then return v end
+    -- pcall's error names no command (an ACL's "can't run this
+    -- command"): this one is named.
+    if not string.find(v.err, 'WRONGTYPE', 1, true) then return {err = v.err .. ' (the renewal script calls GET)'} end
     ok = -2
   elseif v then
     local id = ARGV[2 * i - 1]
