@@ -41,6 +41,9 @@ const checkStepTimeout = 5 * time.Second
 // Cluster, to follow a slot migration). It uses two Clients of its own on
 // the same go-redis client with this Client's options, as two processes
 // of a service would, so that every command the runtime sends is sent.
+// On a Cluster, whose ACL users are set up node by node, it runs the steps
+// on each master at once, on keys that hash to that master's slots (from
+// CLUSTER SLOTS), each step's name beginning with "master ADDR: ".
 //
 // A permission missing from an ACL user's rules (see the README's
 // recipes) shows on the first call that needs it: one that waits, a
@@ -62,20 +65,65 @@ func (c *Client) Check(ctx context.Context) ([]CheckStep, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	defer context.AfterFunc(ctxOf(c.hub.closing), cancel)()
+	// On a Cluster each master is tried (an ACL user is set up on each
+	// node, and may differ between them): its own steps, on keys that hash
+	// to its slots, all masters at once.
+	var steps []CheckStep
+	targets := []checkTarget{{}}
+	if c.cluster {
+		ts, err := c.checkMasters(ctx)
+		if err != nil {
+			steps = append(steps, CheckStep{Name: "the slot map (CLUSTER SLOTS)", Err: err})
+		} else {
+			targets = ts
+		}
+	}
+	per := make([][]CheckStep, len(targets))
+	var wg sync.WaitGroup
+	for i, t := range targets {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			per[i] = c.checkOn(ctx, t)
+		}()
+	}
+	wg.Wait()
+	for _, ss := range per {
+		steps = append(steps, ss...)
+	}
+
+	var errs []error
+	if c.closed.Load() {
+		errs = append(errs, fmt.Errorf("%w: Check ended by Close", ErrClosed))
+	}
+	for _, s := range steps {
+		if s.Err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", s.Name, s.Err))
+		}
+	}
+	return steps, errors.Join(errs...)
+}
+
+// checkOn runs Check's steps on target t, with two Clients of its own.
+func (c *Client) checkOn(ctx context.Context, t checkTarget) []CheckStep {
 	rec := &checkObserver{}
 	a, err := c.sibling(rec)
-	if err != nil {
-		return nil, err
+	if err == nil {
+		defer a.Close()
+		var b *Client
+		if b, err = c.sibling(rec); err == nil {
+			defer b.Close()
+			return c.checkSteps(ctx, t, rec, a, b)
+		}
 	}
-	defer a.Close()
-	b, err := c.sibling(rec)
-	if err != nil {
-		return nil, err
-	}
-	defer b.Close()
+	return []CheckStep{{Name: t.label + "two Clients of the check's own (lease.New)", Err: err}}
+}
 
+// checkSteps runs Check's steps on t with Clients a and b, whose events
+// rec records.
+func (c *Client) checkSteps(ctx context.Context, t checkTarget, rec *checkObserver, a, b *Client) []CheckStep {
 	base := "leasegen-check:" + newID()[:16]
-	key := func(what string) string { return base + ":" + what }
+	key := func(what string) string { return t.key(base + ":" + what) }
 	nop := func(context.Context) error { return nil }
 	var steps []CheckStep
 	step := func(name string, run func(ctx context.Context) error) {
@@ -87,7 +135,7 @@ func (c *Client) Check(ctx context.Context) ([]CheckStep, error) {
 		// Events of the step's background work (a kept lease's release)
 		// may come just after its calls return.
 		time.Sleep(20 * time.Millisecond)
-		steps = append(steps, CheckStep{Name: name, Took: time.Since(start), Err: checkErrs(append([]error{err}, rec.since(from)...))})
+		steps = append(steps, CheckStep{Name: t.label + name, Took: time.Since(start), Err: checkErrs(append([]error{err}, rec.since(from)...))})
 	}
 
 	step("grant and release (SET NX; the release script: GET, SET, ZRANGE, DEL)", func(ctx context.Context) error {
@@ -148,15 +196,26 @@ func (c *Client) Check(ctx context.Context) ([]CheckStep, error) {
 	})
 	step("commands sent now and then (EVAL after the script cache was emptied; EXISTS, by a kept lease's check; PUBLISH; PUBSUB NUMSUB; UNSUBSCRIBE; ASKING on a Cluster)", func(ctx context.Context) error {
 		k := redisKeys(c.prefix, key("probe"))
+		// On a Cluster, on the target master itself (the keyless ones
+		// would go to any node).
+		var rdb checkDoer = c.rdb
+		sub := c.rdb.Subscribe
+		if cc, ok := c.rdb.(*redis.ClusterClient); ok {
+			node, err := cc.MasterForKey(ctx, k.lock)
+			if err != nil {
+				return fmt.Errorf("the master of %q: %w", k.lock, err)
+			}
+			rdb, sub = node, node.Subscribe
+		}
 		errs := []error{
-			checkCommand(ctx, c, "EVAL", "EVAL", "return 0", 1, k.lock),
-			checkCommand(ctx, c, "EXISTS", "EXISTS", k.queue),
-			checkCommand(ctx, c, "PUBLISH", "PUBLISH", k.channel, "check"),
-			checkCommand(ctx, c, "PUBSUB NUMSUB", "PUBSUB", "NUMSUB", k.channel),
-			checkUnsubscribe(ctx, c, k.channel),
+			checkCommand(ctx, rdb, "EVAL", "EVAL", "return 0", 1, k.lock),
+			checkCommand(ctx, rdb, "EXISTS", "EXISTS", k.queue),
+			checkCommand(ctx, rdb, "PUBLISH", "PUBLISH", k.channel, "check"),
+			checkCommand(ctx, rdb, "PUBSUB NUMSUB", "PUBSUB", "NUMSUB", k.channel),
+			checkUnsubscribe(ctx, sub, k.channel),
 		}
 		if c.cluster {
-			errs = append(errs, checkCommand(ctx, c, "ASKING", "ASKING"))
+			errs = append(errs, checkCommand(ctx, rdb, "ASKING", "ASKING"))
 		}
 		return errors.Join(errs...)
 	})
@@ -167,17 +226,83 @@ func (c *Client) Check(ctx context.Context) ([]CheckStep, error) {
 		c.rdb.Del(dctx, redisKeys(c.prefix, key(what)).fence)
 	}
 	cancel()
+	return steps
+}
 
-	var errs []error
-	if c.closed.Load() {
-		errs = append(errs, fmt.Errorf("%w: Check ended by Close", ErrClosed))
+// checkTarget is where Check's steps run: anywhere (zero), or on keys that
+// hash to one Cluster master's slots.
+type checkTarget struct {
+	label  string   // "master ADDR: ", in front of its steps' names
+	ranges [][2]int // the master's slots (none: any)
+}
+
+// key returns user key k, or the first of k + ":" + n (n = 0, 1, ...)
+// whose slot is the target's.
+func (t checkTarget) key(k string) string {
+	if len(t.ranges) == 0 {
+		return k
 	}
-	for _, s := range steps {
-		if s.Err != nil {
-			errs = append(errs, fmt.Errorf("%s: %w", s.Name, s.Err))
+	for n := 0; n < 1<<20; n++ {
+		kn := k + ":" + strconv.Itoa(n)
+		slot := int(crc16(escapeKey(kn)) % 16384)
+		for _, r := range t.ranges {
+			if r[0] <= slot && slot <= r[1] {
+				return kn
+			}
 		}
 	}
-	return steps, errors.Join(errs...)
+	return k
+}
+
+// checkMasters is one target per Cluster master, from the slot map.
+func (c *Client) checkMasters(ctx context.Context) ([]checkTarget, error) {
+	cc := c.rdb.(*redis.ClusterClient)
+	slots, err := cc.ClusterSlots(ctx).Result()
+	if err != nil {
+		return nil, err
+	}
+	byAddr := map[string]int{}
+	var ts []checkTarget
+	for _, s := range slots {
+		if len(s.Nodes) == 0 {
+			continue
+		}
+		addr := s.Nodes[0].Addr
+		i, ok := byAddr[addr]
+		if !ok {
+			i = len(ts)
+			byAddr[addr] = i
+			ts = append(ts, checkTarget{label: "master " + addr + ": "})
+		}
+		ts[i].ranges = append(ts[i].ranges, [2]int{s.Start, s.End})
+	}
+	if len(ts) == 0 {
+		return nil, errors.New("no master in the slot map")
+	}
+	return ts, nil
+}
+
+// escapeKey is user key k as it stands between the braces of its Redis
+// keys (see redisKeys): the part Redis Cluster hashes.
+func escapeKey(k string) string {
+	l := redisKeys("", k).lock // "{" + escaped + "}:l"
+	return l[1 : len(l)-3]
+}
+
+// crc16 is Redis Cluster's key hash (CRC-16/XMODEM).
+func crc16(s string) uint16 {
+	var crc uint16
+	for i := 0; i < len(s); i++ {
+		crc ^= uint16(s[i]) << 8
+		for range 8 {
+			if crc&0x8000 != 0 {
+				crc = crc<<1 ^ 0x1021
+			} else {
+				crc <<= 1
+			}
+		}
+	}
+	return crc
 }
 
 // sibling is a Client of its own on c's go-redis client with c's options
@@ -262,17 +387,22 @@ func checkCall(what string, err error) error {
 }
 
 // checkCommand sends one command, and reports a refusal of it.
-func checkCommand(ctx context.Context, c *Client, name string, args ...any) error {
-	if err := c.rdb.Do(ctx, args...).Err(); err != nil {
+func checkCommand(ctx context.Context, rdb checkDoer, name string, args ...any) error {
+	if err := rdb.Do(ctx, args...).Err(); err != nil {
 		return fmt.Errorf("%s: %w", name, err)
 	}
 	return nil
 }
 
+// checkDoer sends one command (a *redis.Client, a *redis.ClusterClient).
+type checkDoer interface {
+	Do(ctx context.Context, args ...any) *redis.Cmd
+}
+
 // checkUnsubscribe subscribes to channel and unsubscribes from it (the
 // runtime's subscription leaves a channel nobody waits on any more).
-func checkUnsubscribe(ctx context.Context, c *Client, channel string) error {
-	ps := c.rdb.Subscribe(ctx, channel)
+func checkUnsubscribe(ctx context.Context, subscribe func(context.Context, ...string) *redis.PubSub, channel string) error {
+	ps := subscribe(ctx, channel)
 	defer ps.Close()
 	for _, what := range []string{"SUBSCRIBE", "UNSUBSCRIBE"} {
 		if what == "UNSUBSCRIBE" {

@@ -116,3 +116,52 @@ func TestCheckEndedByClose(t *testing.T) {
 		t.Fatal("Check still running 1s after Close")
 	}
 }
+
+// On a Cluster, Check tries each master: an ACL user is set up node by
+// node, and one master whose user lacks +hget fails that master's steps
+// only, named with its address.
+func TestCheckTriesEveryClusterMaster(t *testing.T) {
+	t.Parallel()
+	cl := leasetest.StartCluster(t, 3)
+	ctx := context.Background()
+	rules := append(append([]string{}, leastPrivilege...), "+cluster|slots", "+command", "+asking")
+	c, _ := newClient(t, cl.ACLUser(t, "leases-cluster", "pw", rules...))
+	steps, err := c.Check(ctx)
+	if err != nil {
+		t.Fatalf("Check with the Cluster recipe: %v", err)
+	}
+	masters := map[string]int{}
+	for _, s := range steps {
+		addr, _, _ := strings.Cut(strings.TrimPrefix(s.Name, "master "), ": ")
+		masters[addr]++
+	}
+	if len(masters) != 3 {
+		t.Fatalf("steps by master: %v, want 7 on each of 3", masters)
+	}
+	for addr, n := range masters {
+		if n != 7 {
+			t.Errorf("master %s: %d steps, want 7", addr, n)
+		}
+	}
+
+	odd, err := cl.MasterForSlot(ctx, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := odd.Client(t).Do(ctx, "ACL", "SETUSER", "leases-cluster", "-hget").Err(); err != nil {
+		t.Fatal(err)
+	}
+	steps, err = c.Check(ctx)
+	if err == nil {
+		t.Fatal("Check passed with a master whose user lacks +hget")
+	}
+	for _, s := range steps {
+		onOdd := strings.HasPrefix(s.Name, "master "+odd.Addr()+": ")
+		switch {
+		case !onOdd && s.Err != nil:
+			t.Errorf("%s: %v (only %s lacks +hget)", s.Name, s.Err, odd.Addr())
+		case onOdd && strings.Contains(s.Name, "hands it the key") && (s.Err == nil || !namesCommand(s.Err, "hget")):
+			t.Errorf("%s: %v, want a refusal naming HGET", s.Name, s.Err)
+		}
+	}
+}
