@@ -155,6 +155,14 @@
 // notifications use classic pub/sub, which the cluster broadcasts, so one
 // subscription per Client serves every shard. A redis.Ring is refused: it
 // moves keys between shards, which would split a lease.
+//
+// # Permissions
+//
+// A Redis ACL user needs the commands of the README's recipe. A missing one
+// shows on the first call that needs it: a call that waits, a release that
+// finds a waiter queued, a renewal. [Client.Check] runs every path at once,
+// on keys of its own (on each master of a Cluster), and names what Redis
+// refused; leasectl check runs it from the command line.
 package lease
 
 import (
