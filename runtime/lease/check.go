@@ -43,7 +43,9 @@ const checkStepTimeout = 5 * time.Second
 // of a service would, so that every command the runtime sends is sent.
 // On a Cluster, whose ACL users are set up node by node, it runs the steps
 // on each master at once, on keys that hash to that master's slots (from
-// CLUSTER SLOTS), each step's name beginning with "master ADDR: ".
+// CLUSTER SLOTS), each step's name beginning with "master ADDR: ". Each
+// step is bounded by 5s: a master that does not answer fails its steps
+// in about half a minute.
 //
 // A permission missing from an ACL user's rules (see the README's
 // recipes) shows on the first call that needs it: one that waits, a
@@ -73,7 +75,9 @@ func (c *Client) Check(ctx context.Context) ([]CheckStep, error) {
 	if c.cluster {
 		ts, err := c.checkMasters(ctx)
 		if err != nil {
+			// Nothing else would run: go-redis routes by that map.
 			steps = append(steps, CheckStep{Name: "the slot map (CLUSTER SLOTS)", Err: err})
+			targets = nil
 		} else {
 			targets = ts
 		}
@@ -279,7 +283,28 @@ func (c *Client) checkMasters(ctx context.Context) ([]checkTarget, error) {
 	if len(ts) == 0 {
 		return nil, errors.New("no master in the slot map")
 	}
+	// The steps go through the go-redis client's own slot map, which may
+	// be older than the one read here (a failover since its last reload):
+	// a step labelled with the new master would go to the old one
+	// (adversary round 70b). Reloaded until it routes each target's keys
+	// to that target, for at most 2s (then the steps tell).
+	until := time.Now().Add(2 * time.Second)
+	for !c.checkRouted(ctx, cc, ts) && time.Now().Before(until) && ctx.Err() == nil {
+		cc.ReloadState(ctx)
+		time.Sleep(50 * time.Millisecond)
+	}
 	return ts, nil
+}
+
+// checkRouted reports whether cc sends each target's keys to that target.
+func (c *Client) checkRouted(ctx context.Context, cc *redis.ClusterClient, ts []checkTarget) bool {
+	for _, t := range ts {
+		node, err := cc.MasterForKey(ctx, redisKeys(c.prefix, t.key("leasegen-check:route")).lock)
+		if err != nil || "master "+node.Options().Addr+": " != t.label {
+			return false
+		}
+	}
+	return true
 }
 
 // escapeKey is user key k as it stands between the braces of its Redis
