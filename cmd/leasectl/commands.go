@@ -507,18 +507,23 @@ keys' fencing counters for their TTL). Exit status 1 when a step failed.`,
 		}
 		defer closeFn()
 		steps, err := lc.Check(c.ctx)
+		failed := false
 		for _, s := range steps {
 			if s.Err == nil {
 				fmt.Fprintf(c.stdout, "ok      %-7s %s\n", ttl(s.Took), s.Name)
 				continue
 			}
+			failed = true
 			fmt.Fprintf(c.stdout, "FAILED  %-7s %s\n", ttl(s.Took), s.Name)
 			for _, line := range strings.Split(s.Err.Error(), "\n") {
 				fmt.Fprintf(c.stdout, "        %s\n", line)
 			}
 		}
-		if err != nil {
+		switch {
+		case err != nil && failed:
 			return errors.New("check: a step failed (above)")
+		case err != nil:
+			return err // no step ran (Ctrl-C, the Client closed)
 		}
 		return nil
 	},
