@@ -17,10 +17,11 @@ import (
 // loaded its slot map, the acquire is first sent to the old master, which
 // answers MOVED (not executed), and go-redis follows the redirect to the
 // new master, which answers OOM (it is at maxmemory): the request was
-// written twice, and nothing ran. afterWrite (args.go) classes "written
+// written twice, and nothing ran. aec3f0b's afterWrite classed "written
 // more than once, then a final error answer go-redis does not retry
-// after" as unknown, so this never-executed acquire is reported ErrUnknown
-// and a release is sent. (Before aec3f0b it was ErrRefused.)
+// after" as unknown, so round 69c saw this never-executed acquire
+// reported ErrUnknown with a release sent; since 1a099e0 that rule holds
+// off Cluster only, and it is ErrRefused again.
 func TestAdversary69c_ClusterMovedThenOOMAcquire(t *testing.T) {
 	t.Parallel()
 	cl := leasetest.StartCluster(t, 3)

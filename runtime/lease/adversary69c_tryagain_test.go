@@ -12,15 +12,15 @@ import (
 	"github.com/leasegen/leasegen/runtime/leasetest"
 )
 
-// The commit says a retried answer after every try (TRYAGAIN, ...) stays
-// refused. A fenced acquire during a slot migration that outlasts the
-// call's budget is answered TRYAGAIN by every try (the source answers ASK,
-// the target TRYAGAIN: only the fence counter has moved, the other keys do
-// not exist): nothing ran. But go-redis itself retries TRYAGAIN (MaxRetries
-// 3), so each try's TTL argument is written more than once, and
-// acquireOnce's redirect branch (rule (c)) sets a.resent: the call ends
-// ErrUnknown with a release sent instead of ErrRefused. Control: the same
-// acquire while the migration ends inside the budget is granted.
+// A retried answer after every try (TRYAGAIN, ...) stays refused. A
+// fenced acquire during a slot migration that outlasts the call's budget
+// is answered TRYAGAIN by every try (the source answers ASK, the target
+// TRYAGAIN: only the fence counter has moved, the other keys do not
+// exist): nothing ran. go-redis itself retries TRYAGAIN (MaxRetries 3), so
+// each try's TTL argument is written more than once; round 69c found
+// aec3f0b's redirect rule then ending the call ErrUnknown with a release
+// sent (fixed in 1a099e0: the rule is gone). Control: the same acquire
+// while the migration ends inside the budget is granted.
 func TestAdversary69c_AcquireDuringLongMigration(t *testing.T) {
 	t.Parallel()
 	cl := leasetest.StartCluster(t, 3)

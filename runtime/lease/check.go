@@ -202,21 +202,20 @@ func (c *Client) checkSteps(ctx context.Context, t checkTarget, rec *checkObserv
 		k := redisKeys(c.prefix, key("probe"))
 		// On a Cluster, on the target master itself (the keyless ones
 		// would go to any node).
-		var rdb checkDoer = c.rdb
-		sub := c.rdb.Subscribe
+		rdb := c.rdb
 		if cc, ok := c.rdb.(*redis.ClusterClient); ok {
 			node, err := cc.MasterForKey(ctx, k.lock)
 			if err != nil {
 				return fmt.Errorf("the master of %q: %w", k.lock, err)
 			}
-			rdb, sub = node, node.Subscribe
+			rdb = node
 		}
 		errs := []error{
 			checkCommand(ctx, rdb, "EVAL", "EVAL", "return 0", 1, k.lock),
 			checkCommand(ctx, rdb, "EXISTS", "EXISTS", k.queue),
 			checkCommand(ctx, rdb, "PUBLISH", "PUBLISH", k.channel, "check"),
 			checkCommand(ctx, rdb, "PUBSUB NUMSUB", "PUBSUB", "NUMSUB", k.channel),
-			checkUnsubscribe(ctx, sub, k.channel),
+			checkUnsubscribe(ctx, rdb, k.channel),
 		}
 		if c.cluster {
 			errs = append(errs, checkCommand(ctx, rdb, "ASKING", "ASKING"))
@@ -382,11 +381,11 @@ func scriptRefusal(err error) string {
 		return ""
 	}
 	line, _ := strconv.Atoi(m[2])
-	for _, s := range []*redis.Script{acquireScript.Script, releaseScript.Script, renewManyScript.Script, endholdScript.Script, renewScript, inspectScript, leaderScript} {
+	for s, src := range scriptSources {
 		if s.Hash() != m[1] {
 			continue
 		}
-		lines := strings.Split(scriptSources[s], "\n")
+		lines := strings.Split(src, "\n")
 		if line < 1 || line > len(lines) {
 			return ""
 		}
@@ -412,22 +411,17 @@ func checkCall(what string, err error) error {
 }
 
 // checkCommand sends one command, and reports a refusal of it.
-func checkCommand(ctx context.Context, rdb checkDoer, name string, args ...any) error {
+func checkCommand(ctx context.Context, rdb redis.UniversalClient, name string, args ...any) error {
 	if err := rdb.Do(ctx, args...).Err(); err != nil {
 		return fmt.Errorf("%s: %w", name, err)
 	}
 	return nil
 }
 
-// checkDoer sends one command (a *redis.Client, a *redis.ClusterClient).
-type checkDoer interface {
-	Do(ctx context.Context, args ...any) *redis.Cmd
-}
-
 // checkUnsubscribe subscribes to channel and unsubscribes from it (the
 // runtime's subscription leaves a channel nobody waits on any more).
-func checkUnsubscribe(ctx context.Context, subscribe func(context.Context, ...string) *redis.PubSub, channel string) error {
-	ps := subscribe(ctx, channel)
+func checkUnsubscribe(ctx context.Context, rdb redis.UniversalClient, channel string) error {
+	ps := rdb.Subscribe(ctx, channel)
 	defer ps.Close()
 	for _, what := range []string{"SUBSCRIBE", "UNSUBSCRIBE"} {
 		if what == "UNSUBSCRIBE" {

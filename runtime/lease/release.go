@@ -154,11 +154,9 @@ func (c *Client) releaseWith(ctx context.Context, r *relArgs, k *keys, tombKey, 
 	} else {
 		c.mayReload(err)
 	}
-	// No connection for go-redis's re-send after a lost reply (a dial
-	// error, a pool timeout): the release had been written before, and
-	// may have been carried out. (A re-send answered with an error says
-	// nothing of the first: go-redis also re-sends after READONLY or
-	// LOADING answers, which were not carried out.)
+	// A request written before may have been carried out: a re-send that
+	// found no connection, or (off Cluster) a final error answer to one,
+	// is unknown (see afterWrite).
 	err = c.afterWrite(err, r.hold.writes.Load())
 	if res >= 10 {
 		// Released (or hold set), but a message was refused.
