@@ -44,20 +44,32 @@ func TestAdversary69b_ManyLeasesRenewAndLoseExactly(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			errs[i] = c.Do(ctx, keyOf(i), lease.Spec{TTL: ttl, Deadline: 20 * time.Second}, func(fctx context.Context) error {
-				mu.Lock()
-				if entered++; entered == n {
-					close(allIn)
+			// A call that never entered (on a loaded machine a 600ms
+			// lease's grant can come too late for its MinValidity: a CI
+			// run saw one of 300 not enter in 10s) tries again: what is
+			// tested is the renewals of the leases held.
+			for try := 0; ; try++ {
+				in := false
+				errs[i] = c.Do(ctx, keyOf(i), lease.Spec{TTL: ttl, Deadline: 20 * time.Second}, func(fctx context.Context) error {
+					in = true
+					mu.Lock()
+					if entered++; entered == n {
+						close(allIn)
+					}
+					mu.Unlock()
+					select {
+					case <-fctx.Done():
+						<-deleted
+						lostAfter[i] = time.Since(delAt)
+					case <-stop:
+					}
+					return nil
+				})
+				if in || try == 20 {
+					return
 				}
-				mu.Unlock()
-				select {
-				case <-fctx.Done():
-					<-deleted
-					lostAfter[i] = time.Since(delAt)
-				case <-stop:
-				}
-				return nil
-			})
+				t.Logf("call %d did not enter (try %d): %v", i, try, errs[i])
+			}
 		}()
 	}
 	select {
