@@ -15,7 +15,8 @@
 -- ARGV[4] tombstone ttl ms (a forced release's: the key's remaining TTL
 -- more), ARGV[5] counter ttl ms, ARGV[6] the caller's
 -- queue member ("" if it never queued), ARGV[7] the tombstone's value: "1"
--- for the holder's own release, "l" for a leader term's own release (as
+-- for the holder's own release ("1>" once it handed the key over), "l" for
+-- a leader term's own release ("l>" handed over; as
 -- "1", and a release with nobody waiting says "r" on the key's channel, so
 -- that a WatchLeader hears a leader step down at once), "x" for a release
 -- forced from outside (Client.ForceRelease: the holder then learns it lost
@@ -258,7 +259,16 @@ if #head > 0 then
         end
         if full then px = tonumber(ttl) end
         redis.call('SET', KEYS[1], id .. ':' .. tok, 'PX', px)
-        if late then redis.call('SET', KEYS[3], ARGV[7], 'PX', tombPX) end
+        -- The tombstone of a handover says so ("1>", "l>"; a forced
+        -- release's stays "x"): Watch tells a handover from the holder's
+        -- release by it, as the message may reach Watch after its next
+        -- look, or never (TestWatchTellsHandoverWithoutItsMessage). A
+        -- replay reads any value but "x" and "h" as a release.
+        if ARGV[7] ~= 'x' then
+          redis.call('SET', KEYS[3], ARGV[7] .. '>', 'PX', tombPX)
+        elseif late then
+          redis.call('SET', KEYS[3], ARGV[7], 'PX', tombPX)
+        end
         announce(ARGV[3], KEYS[2], note(px))
         return result(1)
       end

@@ -306,6 +306,8 @@ func (w *changeWatch) how(ctx context.Context, old seenLease, now Info, note str
 		return "force-released"
 	case tomb == "e":
 		return "hold ended"
+	case tomb == "1>" || tomb == "l>": // the holder's release handed the key over
+		return "handed over"
 	case note != "" && noteID(note) == now.Holder:
 		return "handed over"
 	case tomb == "1" || tomb == "l": // the holder's own release (a leader term's: "l")

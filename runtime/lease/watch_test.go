@@ -3,10 +3,12 @@ package lease_test
 import (
 	"context"
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/leasegen/leasegen/runtime/lease"
+	"github.com/leasegen/leasegen/runtime/leasetest"
 )
 
 // watching runs Watch on its own prefix and hands its changes over one by
@@ -79,17 +81,20 @@ func TestWatch(t *testing.T) {
 	<-a.done
 	w.ended("w:a", "released")
 
-	// A handover to a waiter, seen through the release channel. Watch
-	// tells a handover by finding the waiter holding the key when it
-	// looks (see how): the waiter holds it 500ms, not 50ms, so that a
-	// look delayed by a loaded machine still finds it (once it did not,
-	// in CI, and reported the end as "released").
+	// A handover to a waiter. Watch tells it by the releasing identity's
+	// tombstone, or by the release's message naming the holder it finds
+	// (TestWatchTellsHandoverWithoutItsMessage). The waiter holds the key
+	// until Watch has seen its grant, which a look delayed by a loaded
+	// machine would otherwise miss.
 	b := holdUntil(t, c, "w:b", long)
 	w.next(lease.ChangeGranted, "w:b")
 	waited := make(chan error, 1)
+	seen := make(chan struct{})
+	see := sync.OnceFunc(func() { close(seen) })
+	t.Cleanup(see)
 	go func() {
 		waited <- other.Do(ctx, "w:b", lease.Spec{TTL: 10 * time.Second, Deadline: time.Minute, Wait: 30 * time.Second},
-			func(context.Context) error { time.Sleep(500 * time.Millisecond); return nil })
+			func(context.Context) error { <-seen; return nil })
 	}()
 	for deadline := time.Now().Add(5 * time.Second); len(inspect(t, c, "w:b").Waiters) == 0; time.Sleep(10 * time.Millisecond) {
 		if time.Now().After(deadline) {
@@ -100,6 +105,7 @@ func TestWatch(t *testing.T) {
 	<-b.done
 	w.ended("w:b", "handed over")
 	w.next(lease.ChangeGranted, "w:b")
+	see()
 	if err := <-waited; err != nil {
 		t.Fatal(err)
 	}
@@ -131,4 +137,47 @@ func TestWatch(t *testing.T) {
 		t.Fatalf("unexpected change %v %q %q", ch.Kind, ch.Info.Key, ch.How)
 	case <-time.After(700 * time.Millisecond):
 	}
+}
+
+// Watch tells a handover from the holder's own release by the releasing
+// identity's tombstone, not only by the release's message: the message may
+// reach Watch after its next look (its listing, or the Inspect of an
+// earlier message such as a waiter's "w", found the new holder first: seen
+// in CI under load, reported "released"), or never (here: the releasing
+// user may not publish, so the waiter enters at its re-check).
+func TestWatchTellsHandoverWithoutItsMessage(t *testing.T) {
+	srv := leasetest.StartRedis(t)
+	mute, _ := newClient(t, aclClient(t, srv, "mute", without(leastPrivilege, "&lease:*")...))
+	waiter, _ := newClient(t, srv.Client(t), lease.WithRecheck(200*time.Millisecond))
+	watcher, _ := newClient(t, srv.Client(t))
+	ctx := context.Background()
+	long := lease.Spec{TTL: 10 * time.Second, Deadline: time.Minute}
+
+	h := holdUntil(t, mute, "w:k", long)
+	w := startWatch(t, watcher, "w:*", 100*time.Millisecond)
+	w.next(lease.ChangeHeld, "w:k")
+	waited := make(chan error, 1)
+	seen := make(chan struct{}) // the waiter holds the key until Watch saw it do so
+	see := sync.OnceFunc(func() { close(seen) })
+	t.Cleanup(see)
+	go func() {
+		waited <- waiter.Do(ctx, "w:k", lease.Spec{TTL: 10 * time.Second, Deadline: time.Minute, Wait: 30 * time.Second},
+			func(context.Context) error { <-seen; return nil })
+	}()
+	for deadline := time.Now().Add(5 * time.Second); len(inspect(t, watcher, "w:k").Waiters) == 0; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the waiter never queued")
+		}
+	}
+	close(h.release)
+	if err := <-h.done; err != nil {
+		t.Fatal(err)
+	}
+	w.ended("w:k", "handed over")
+	w.next(lease.ChangeGranted, "w:k")
+	see()
+	if err := <-waited; err != nil {
+		t.Fatal(err)
+	}
+	w.ended("w:k", "released")
 }
