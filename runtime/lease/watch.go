@@ -297,10 +297,14 @@ func (w *changeWatch) how(ctx context.Context, old seenLease, now Info, note str
 	if err != nil {
 		tomb = ""
 	}
-	// The identity's tombstone first: the last message on the key's
-	// channel may be about an earlier holder (ForceRelease says "x" after
-	// its handover, and the next holder may have released by the time
-	// Watch reads it).
+	// The identity's tombstone first, and while it may still be there,
+	// only it: the last message on the key's channel may be about a later
+	// holder (one that took the key after this lease ended and handed it
+	// on, or was forced out), and every release through the runtime
+	// leaves a tombstone for at least minTombLife, a handover marked "1>"
+	// or "l>" (TestAdversary71_WatchOwnEndingThenOthersHandover). A
+	// release by a runtime older than that mark hands over leaving "1":
+	// named "released".
 	switch {
 	case tomb == "x":
 		return "force-released"
@@ -308,24 +312,33 @@ func (w *changeWatch) how(ctx context.Context, old seenLease, now Info, note str
 		return "hold ended"
 	case tomb == "1>" || tomb == "l>": // the holder's release handed the key over
 		return "handed over"
-	case note != "" && noteID(note) == now.Holder:
-		return "handed over"
 	case tomb == "1" || tomb == "l": // the holder's own release (a leader term's: "l")
 		return "released"
-	case note == "x" && !old.info.Hold && tomb == "":
-		return "force-released"
-	case note == "x" && old.info.Hold:
-		return "hold ended"
-	case tomb == "h" || old.info.Hold:
+	case tomb == "h":
 		return "hold ran out"
 	case looked && at.Sub(old.at) < minTombLife:
-		// Every release through the runtime leaves a tombstone that
-		// lives at least this long, and there is none.
+		// No release through the runtime ended it: its TTL (or a
+		// hold-min's) ran out, or its key was deleted.
+		if old.info.Hold {
+			return "hold ran out"
+		}
 		return "expired"
 	}
-	// The tombstone may have run out: a release and a key lost before its
-	// TTL ran out (deleted by hand, a restart without persistence, a
-	// failover) look the same, so neither is claimed.
+	// The tombstone may have run out: the message, if it is about this
+	// lease, tells a handover or a forced release.
+	switch {
+	case note != "" && noteID(note) == now.Holder:
+		return "handed over"
+	case note == "x" && old.info.Hold:
+		return "hold ended"
+	case note == "x":
+		return "force-released"
+	case old.info.Hold:
+		return "hold ran out"
+	}
+	// A release and a key lost before its TTL ran out (deleted by hand, a
+	// restart without persistence, a failover) look the same, so neither
+	// is claimed.
 	return "" // expired, or released unseen
 }
 
