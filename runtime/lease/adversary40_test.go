@@ -321,14 +321,7 @@ func TestAdversary40_CutReplyHandover(t *testing.T) {
 			if lag > limit {
 				t.Errorf("%s: the waiter entered %v after the release", name, lag)
 			}
-			if n := hrec.Count(lease.EventReleaseUnconfirmed); n != 0 {
-				for _, e := range hrec.Events() {
-					if e.Kind == lease.EventReleaseUnconfirmed {
-						t.Logf("%s: unconfirmed: %v", name, e.Err)
-					}
-				}
-				t.Errorf("%s: %d unconfirmed releases after a cut reply", name, n)
-			}
+			noUnconfirmedReleases(t, name, hrec)
 		}
 	}
 }

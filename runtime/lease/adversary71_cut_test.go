@@ -43,8 +43,8 @@ func adv71CutClient(t *testing.T, srv *leasetest.Server, key, user string, rules
 	return r, p
 }
 
-// adv71Unconfirmed fails t with every unconfirmed release rec saw.
-func adv71Unconfirmed(t *testing.T, what string, rec *leasetest.Recorder) {
+// noUnconfirmedReleases fails t with every unconfirmed release rec saw.
+func noUnconfirmedReleases(t *testing.T, what string, rec *leasetest.Recorder) {
 	t.Helper()
 	if n := rec.Count(lease.EventReleaseUnconfirmed); n != 0 {
 		for _, e := range rec.Events() {
@@ -146,7 +146,7 @@ func TestAdversary71_CutReplyHandoverNamedByWatch(t *testing.T) {
 				if c := p.Cut(); c != 1 {
 					t.Fatalf("%d replies cut, want 1 (the release's)", c)
 				}
-				adv71Unconfirmed(t, kind, rrec)
+				noUnconfirmedReleases(t, kind, rrec)
 				var newID string
 				if kind == "lead" {
 					newID = term2.waitEntered(t).Owner()

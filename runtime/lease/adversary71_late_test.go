@@ -172,7 +172,7 @@ func TestAdversary71_OOMHandoverNamedByWatch(t *testing.T) {
 			if p.Cut() != 1 {
 				t.Errorf("%d replies cut, want 1", p.Cut())
 			}
-			adv71Unconfirmed(t, kind, rrec)
+			noUnconfirmedReleases(t, kind, rrec)
 			var newID string
 			select {
 			case newID = <-entered:
