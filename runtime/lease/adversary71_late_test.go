@@ -139,18 +139,7 @@ func TestAdversary71_OOMHandoverNamedByWatch(t *testing.T) {
 			oldID := inspect(t, watcher, key).Holder
 			w := startWatch(t, watcher, key, 100*time.Millisecond)
 			w.next(lease.ChangeHeld, key)
-			seen := make(chan struct{})
-			entered := make(chan string, 1)
-			waited := make(chan error, 1)
-			go func() {
-				waited <- wc.Do(ctx, key, lease.Spec{TTL: 10 * time.Second, Deadline: time.Minute, Wait: 30 * time.Second},
-					func(fctx context.Context) error {
-						l, _ := lease.FromContext(fctx)
-						entered <- l.Owner()
-						<-seen
-						return nil
-					})
-			}()
+			wh := startHolding(t, wc, key, lease.Spec{TTL: 10 * time.Second, Deadline: time.Minute, Wait: 30 * time.Second})
 			adv39WaitQueued(t, srv, key, 1)
 			// The waiter's follow-up acquire done: one at maxmemory fails
 			// its Do (TestAdversary40_WaiterAtMaxmemory).
@@ -173,14 +162,7 @@ func TestAdversary71_OOMHandoverNamedByWatch(t *testing.T) {
 				t.Errorf("%d replies cut, want 1", p.Cut())
 			}
 			noUnconfirmedReleases(t, kind, rrec)
-			var newID string
-			select {
-			case newID = <-entered:
-			case err := <-waited:
-				t.Fatalf("the waiter's Do returned %v without entering", err)
-			case <-time.After(10 * time.Second):
-				t.Fatal("the waiter did not enter in 10s")
-			}
+			newID := wh.enter(t)
 			wantTomb, wantHow, lo, hi := "1>", "handed over", time.Millisecond, time.Second
 			if kind == "force" {
 				// The lock's remaining TTL (up to 10s) more.
@@ -199,8 +181,8 @@ func TestAdversary71_OOMHandoverNamedByWatch(t *testing.T) {
 			if g := w.next(lease.ChangeGranted, key); g.Info.Holder != newID {
 				t.Fatalf("granted %q, want %q", g.Info.Holder, newID)
 			}
-			close(seen)
-			if err := <-waited; err != nil {
+			close(wh.release)
+			if err := <-wh.done; err != nil {
 				t.Fatal(err)
 			}
 			w.ended(key, "released")
@@ -228,39 +210,10 @@ func TestAdversary71_HoldEndingsBesideHandovers(t *testing.T) {
 	w := startWatch(t, watcher, key, 50*time.Millisecond)
 	hold := lease.Spec{TTL: 10 * time.Second, Deadline: time.Minute, HoldMin: 1500 * time.Millisecond}
 	plain := lease.Spec{TTL: 10 * time.Second, Deadline: time.Minute, Wait: 30 * time.Second}
-	type run struct {
-		entered chan string
-		release chan struct{}
-		done    chan error
-	}
-	start := func(c *lease.Client, s lease.Spec) *run {
-		r := &run{entered: make(chan string, 1), release: make(chan struct{}), done: make(chan error, 1)}
-		go func() {
-			r.done <- c.Do(ctx, key, s, func(fctx context.Context) error {
-				l, _ := lease.FromContext(fctx)
-				r.entered <- l.Owner()
-				<-r.release
-				return nil
-			})
-		}()
-		return r
-	}
-	enter := func(r *run) string {
-		t.Helper()
-		select {
-		case id := <-r.entered:
-			return id
-		case err := <-r.done:
-			t.Fatalf("Do returned %v without entering", err)
-		case <-time.After(10 * time.Second):
-			t.Fatal("no entry in 10s")
-		}
-		return ""
-	}
 	withWait := hold
 	withWait.Wait = 30 * time.Second
-	a := start(cs[0], hold)
-	aID := enter(a)
+	a := startHolding(t, cs[0], key, hold)
+	aID := a.enter(t)
 	// Held, when Watch's first listing came after A's grant.
 	select {
 	case g := <-w.changes:
@@ -270,7 +223,7 @@ func TestAdversary71_HoldEndingsBesideHandovers(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("Watch did not see A in 5s")
 	}
-	b := start(cs[1], withWait)
+	b := startHolding(t, cs[1], key, withWait)
 	adv39WaitQueued(t, srv, key, 1)
 	time.Sleep(200 * time.Millisecond) // A's hold-min: 1.5s from its entry, most of it left
 	close(a.release)
@@ -278,12 +231,12 @@ func TestAdversary71_HoldEndingsBesideHandovers(t *testing.T) {
 		t.Fatal(err)
 	}
 	w.next(lease.ChangeHoldStarted, key)
-	bID := enter(b)
+	bID := b.enter(t)
 	w.ended(key, "hold ran out")
 	if g := w.next(lease.ChangeGranted, key); g.Info.Holder != bID {
 		t.Fatalf("granted %q, want B", g.Info.Holder)
 	}
-	c := start(cs[2], plain)
+	c := startHolding(t, cs[2], key, plain)
 	adv39WaitQueued(t, srv, key, 1)
 	close(b.release)
 	if err := <-b.done; err != nil {
@@ -293,18 +246,18 @@ func TestAdversary71_HoldEndingsBesideHandovers(t *testing.T) {
 	if res, err := op.ForceRelease(ctx, key, bID); err != nil || res != lease.ForceHoldEnded {
 		t.Fatalf("ForceRelease of B's hold = %v, %v", res, err)
 	}
-	cID := enter(c)
+	cID := c.enter(t)
 	w.ended(key, "hold ended")
 	if g := w.next(lease.ChangeGranted, key); g.Info.Holder != cID {
 		t.Fatalf("granted %q, want C", g.Info.Holder)
 	}
-	d := start(cs[3], plain)
+	d := startHolding(t, cs[3], key, plain)
 	adv39WaitQueued(t, srv, key, 1)
 	close(c.release)
 	if err := <-c.done; err != nil {
 		t.Fatal(err)
 	}
-	dID := enter(d)
+	dID := d.enter(t)
 	w.ended(key, "handed over")
 	if g := w.next(lease.ChangeGranted, key); g.Info.Holder != dID {
 		t.Fatalf("granted %q, want D", g.Info.Holder)

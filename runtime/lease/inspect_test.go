@@ -20,23 +20,25 @@ import (
 // holding is a Do call whose fn runs until released or its lease ends.
 type holding struct {
 	release chan struct{}
+	entered chan string   // the lease's owner, once fn runs
 	cause   chan error    // fn's context.Cause, once fn's context ended before the release
 	done    chan error    // Do's result
 	over    chan struct{} // closed when Do has returned
-	token   lease.Token
+	token   lease.Token   // set before entered is sent
 }
 
-// holdUntil takes key on c and keeps it until h.release is closed,
-// recording why fn's context ended; it returns once fn runs.
-func holdUntil(t *testing.T, c *lease.Client, key string, s lease.Spec) *holding {
+// startHolding calls Do on key in the background (it may wait for the
+// key); fn keeps the lease until h.release is closed, recording why fn's
+// context ended.
+func startHolding(t *testing.T, c *lease.Client, key string, s lease.Spec) *holding {
 	t.Helper()
-	h := &holding{release: make(chan struct{}), cause: make(chan error, 1), done: make(chan error, 1), over: make(chan struct{})}
-	entered := make(chan struct{})
+	h := &holding{release: make(chan struct{}), entered: make(chan string, 1), cause: make(chan error, 1), done: make(chan error, 1), over: make(chan struct{})}
 	go func() {
 		defer close(h.over)
 		h.done <- c.Do(context.Background(), key, s, func(ctx context.Context) error {
 			h.token, _ = lease.TokenFrom(ctx)
-			close(entered)
+			l, _ := lease.FromContext(ctx)
+			h.entered <- l.Owner()
 			select {
 			case <-h.release:
 			case <-ctx.Done():
@@ -45,21 +47,46 @@ func holdUntil(t *testing.T, c *lease.Client, key string, s lease.Spec) *holding
 			return nil
 		})
 	}()
-	select {
-	case <-entered:
-	case err := <-h.done:
-		t.Fatalf("holder did not get %q: %v", key, err)
-	case <-time.After(5 * time.Second):
-		t.Fatalf("holder did not get %q in 5s", key)
-	}
 	t.Cleanup(func() {
 		select {
 		case <-h.release:
 		default:
 			close(h.release)
 		}
-		<-h.over
+		select {
+		case <-h.over:
+		case <-time.After(time.Minute): // still waiting, in a test that failed
+		}
 	})
+	return h
+}
+
+// enter returns the owner of h's lease once fn runs, failing after 10s.
+func (h *holding) enter(t *testing.T) string {
+	t.Helper()
+	select {
+	case id := <-h.entered:
+		return id
+	case err := <-h.done:
+		t.Fatalf("Do returned %v without entering", err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("Do did not enter in 10s")
+	}
+	return ""
+}
+
+// holdUntil takes key on c and keeps it until h.release is closed,
+// recording why fn's context ended; it returns once fn runs.
+func holdUntil(t *testing.T, c *lease.Client, key string, s lease.Spec) *holding {
+	t.Helper()
+	h := startHolding(t, c, key, s)
+	select {
+	case <-h.entered:
+	case err := <-h.done:
+		t.Fatalf("holder did not get %q: %v", key, err)
+	case <-time.After(5 * time.Second):
+		t.Fatalf("holder did not get %q in 5s", key)
+	}
 	return h
 }
 

@@ -3,7 +3,6 @@ package lease_test
 import (
 	"context"
 	"fmt"
-	"sync"
 	"testing"
 	"time"
 
@@ -88,14 +87,7 @@ func TestWatch(t *testing.T) {
 	// machine would otherwise miss.
 	b := holdUntil(t, c, "w:b", long)
 	w.next(lease.ChangeGranted, "w:b")
-	waited := make(chan error, 1)
-	seen := make(chan struct{})
-	see := sync.OnceFunc(func() { close(seen) })
-	t.Cleanup(see)
-	go func() {
-		waited <- other.Do(ctx, "w:b", lease.Spec{TTL: 10 * time.Second, Deadline: time.Minute, Wait: 30 * time.Second},
-			func(context.Context) error { <-seen; return nil })
-	}()
+	waiter := startHolding(t, other, "w:b", lease.Spec{TTL: 10 * time.Second, Deadline: time.Minute, Wait: 30 * time.Second})
 	for deadline := time.Now().Add(5 * time.Second); len(inspect(t, c, "w:b").Waiters) == 0; time.Sleep(10 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatal("the waiter never queued")
@@ -105,8 +97,8 @@ func TestWatch(t *testing.T) {
 	<-b.done
 	w.ended("w:b", "handed over")
 	w.next(lease.ChangeGranted, "w:b")
-	see()
-	if err := <-waited; err != nil {
+	close(waiter.release)
+	if err := <-waiter.done; err != nil {
 		t.Fatal(err)
 	}
 	w.ended("w:b", "released")
@@ -150,20 +142,13 @@ func TestWatchTellsHandoverWithoutItsMessage(t *testing.T) {
 	mute, _ := newClient(t, aclClient(t, srv, "mute", without(leastPrivilege, "&lease:*")...))
 	waiter, _ := newClient(t, srv.Client(t), lease.WithRecheck(200*time.Millisecond))
 	watcher, _ := newClient(t, srv.Client(t))
-	ctx := context.Background()
 	long := lease.Spec{TTL: 10 * time.Second, Deadline: time.Minute}
 
 	h := holdUntil(t, mute, "w:k", long)
 	w := startWatch(t, watcher, "w:*", 100*time.Millisecond)
 	w.next(lease.ChangeHeld, "w:k")
-	waited := make(chan error, 1)
-	seen := make(chan struct{}) // the waiter holds the key until Watch saw it do so
-	see := sync.OnceFunc(func() { close(seen) })
-	t.Cleanup(see)
-	go func() {
-		waited <- waiter.Do(ctx, "w:k", lease.Spec{TTL: 10 * time.Second, Deadline: time.Minute, Wait: 30 * time.Second},
-			func(context.Context) error { <-seen; return nil })
-	}()
+	// The waiter holds the key until Watch saw it do so.
+	wh := startHolding(t, waiter, "w:k", lease.Spec{TTL: 10 * time.Second, Deadline: time.Minute, Wait: 30 * time.Second})
 	for deadline := time.Now().Add(5 * time.Second); len(inspect(t, watcher, "w:k").Waiters) == 0; time.Sleep(10 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatal("the waiter never queued")
@@ -175,8 +160,8 @@ func TestWatchTellsHandoverWithoutItsMessage(t *testing.T) {
 	}
 	w.ended("w:k", "handed over")
 	w.next(lease.ChangeGranted, "w:k")
-	see()
-	if err := <-waited; err != nil {
+	close(wh.release)
+	if err := <-wh.done; err != nil {
 		t.Fatal(err)
 	}
 	w.ended("w:k", "released")
