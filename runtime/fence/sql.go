@@ -76,7 +76,7 @@ func (e sqlExecer) Exec(ctx context.Context, q string, args ...any) (int64, erro
 	if !pooled {
 		r, err := e.db.ExecContext(ctx, q, args...)
 		if err != nil {
-			return 0, err
+			return 0, endedUnsent(ctx, err)
 		}
 		return r.RowsAffected()
 	}
@@ -96,11 +96,30 @@ func (e sqlExecer) Exec(ctx context.Context, q string, args ...any) (int64, erro
 			continue
 		}
 		if err != nil {
-			return 0, err
+			return 0, endedUnsent(ctx, err)
 		}
 		return r.RowsAffected()
 	}
 }
+
+// endedUnsent is err, unless the driver sent nothing (database/sql's
+// driver.ErrBadConn) because the context had ended (pgx's stdlib driver
+// answers so for a context that ended before the send): then the
+// context's error, as for a write whose context ended before it was
+// made, marked as not sent (TestAdversary72a_SQLContextEndsBeforeSend).
+func endedUnsent(ctx context.Context, err error) error {
+	if ctx.Err() == nil || !errors.Is(err, driver.ErrBadConn) {
+		return err
+	}
+	return unsent{fmt.Errorf("%w (the driver sent nothing: %w)", ctx.Err(), err)}
+}
+
+// unsent marks the error of a write that was certainly not sent.
+type unsent struct{ err error }
+
+func (e unsent) Error() string     { return e.err.Error() }
+func (e unsent) Unwrap() error     { return e.err }
+func (e unsent) SafeToRetry() bool { return true }
 
 // NotSent marks err as the error of a write that was certainly not sent
 // (no connection could be had for it): an Execer returns it so that the
