@@ -1153,7 +1153,8 @@ func TestAdversary31a_RedisHSetManyPairs(t *testing.T) {
 		t.Fatalf("HSet of %d pairs: %v", n, err)
 	}
 	h := rdb.HGetAll(ctx, "rec").Val()
-	if len(h) != n+2 || h["f0"] != "0" || h[fmt.Sprint("f", n-1)] != fmt.Sprint(n-1) || h[fence.TokenField] != "10" {
+	// The pairs, and the stamp: token, owner, the last writes' identities.
+	if len(h) != n+3 || h["f0"] != "0" || h[fmt.Sprint("f", n-1)] != fmt.Sprint(n-1) || h[fence.TokenField] != "10" {
 		t.Fatalf("record has %d fields, stamp %s", len(h), h[fence.TokenField])
 	}
 	if err := store.HSet(ctx, stamp(9, "b"), "rec", fv...); !errors.Is(err, fence.ErrStale) {

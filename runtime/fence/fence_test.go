@@ -259,7 +259,7 @@ func TestRedisRefusesReservedFields(t *testing.T) {
 	if err := store.Set(ctx, newer, "rec", "v-new"); err != nil {
 		t.Fatal(err)
 	}
-	for _, field := range []string{fence.TokenField, fence.OwnerField} {
+	for _, field := range []string{fence.TokenField, fence.OwnerField, fence.WritesField} {
 		err := store.HSet(ctx, newer, "rec", "note", "x", field, "999999")
 		if err == nil || !strings.Contains(err.Error(), "reserved") {
 			t.Fatalf("HSet with %s = %v, want an error naming the reserved field", field, err)

@@ -3,8 +3,11 @@ package fence
 import (
 	"context"
 	_ "embed"
+	"encoding/binary"
+	"encoding/hex"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"strconv"
 	"sync/atomic"
 
@@ -18,16 +21,18 @@ var hsetSrc string
 
 var hsetScript = redis.NewScript(hsetSrc)
 
-// Field names holding the stamp inside a fenced hash.
+// Field names the store keeps inside a fenced hash: the stamp, and the
+// identities of the last writes under it (see Redis.HSet).
 const (
-	TokenField = "_fence_token"
-	OwnerField = "_fence_owner"
-	valueField = "value"
+	TokenField  = "_fence_token"
+	OwnerField  = "_fence_owner"
+	WritesField = "_fence_writes"
+	valueField  = "value"
 )
 
 // Redis writes fenced records kept in Redis. Each record is one hash (the
-// data fields plus TokenField and OwnerField), so a write touches one key
-// and is Cluster-safe. Tokens are compared as decimal digits, exactly over
+// data fields plus TokenField, OwnerField and WritesField), so a write
+// touches one key and is Cluster-safe. Tokens are compared as decimal digits, exactly over
 // the whole range of lease.Token (the lease package mints exact tokens past
 // 2^53, where Lua numbers, doubles, would skip integers).
 type Redis struct{ rdb redis.UniversalClient }
@@ -59,8 +64,22 @@ func (r *Redis) usable() error {
 // send was refused or answered with an error, which does not say whether
 // an earlier send was carried out. Other errors mean it was not: never
 // sent, or refused by the server (WRONGTYPE, NOPERM, ...).
-// TokenField and OwnerField are reserved: a pair naming one is refused, so
-// no write can forge the stamp that later writes are checked against.
+// TokenField, OwnerField and WritesField are reserved: a pair naming one is
+// refused, so no write can forge the stamp that later writes are checked
+// against.
+//
+// Each write carries an identity of its own, the same in every send of
+// it, and the record keeps those of the last 16 writes under its stamp.
+// go-redis re-sends a write whose reply it lost, and the first send may
+// still reach the server after the re-send was answered, even after
+// later writes (a connection that go-redis gave up on delivers what it
+// had sent before it closes): that copy is recognised and writes nothing,
+// so it cannot undo a later write of the same holder
+// (TestAdversary72a_RedisDelayedFirstSendRevertsLaterWrite). A copy that
+// arrives after more than 16 later writes to the record under the same
+// stamp is no longer recognised. A write reported as ErrUnknown is one
+// whose sends may all still be on their way: it may be carried out after
+// writes made since.
 func (r *Redis) HSet(ctx context.Context, s Stamp, key string, fieldValues ...string) error {
 	if err := s.check(); err != nil {
 		return err
@@ -72,13 +91,13 @@ func (r *Redis) HSet(ctx context.Context, s Stamp, key string, fieldValues ...st
 		return errors.New("fence: HSet needs field/value pairs")
 	}
 	for i := 0; i < len(fieldValues); i += 2 {
-		if f := fieldValues[i]; f == TokenField || f == OwnerField {
+		if f := fieldValues[i]; f == TokenField || f == OwnerField || f == WritesField {
 			return fmt.Errorf("fence: HSet on %q: field %q is reserved for the fencing stamp", key, f)
 		}
 	}
 	tok := &sentArg{s: strconv.FormatUint(uint64(s.Token), 10)}
-	args := make([]any, 0, 2+len(fieldValues))
-	args = append(args, tok, s.Owner)
+	args := make([]any, 0, 3+len(fieldValues))
+	args = append(args, tok, s.Owner, writeID())
 	for _, fv := range fieldValues {
 		args = append(args, fv)
 	}
@@ -134,6 +153,15 @@ func (r *Redis) HSet(ctx context.Context, s Stamp, key string, fieldValues ...st
 		}
 	}
 	return fmt.Errorf("%w: fenced write to %q: unexpected reply %v", lease.ErrUnknown, key, res)
+}
+
+// writeID is a new write's identity: 16 hex digits, random (writes of
+// one stamp may come from several processes, to which its holder passed
+// it).
+func writeID() string {
+	var b [8]byte
+	binary.LittleEndian.PutUint64(b[:], rand.Uint64())
+	return hex.EncodeToString(b[:])
 }
 
 // sentArg is the token argument of a fenced write: it counts how often
