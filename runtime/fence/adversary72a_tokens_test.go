@@ -139,14 +139,27 @@ func TestAdversary72a_HandoverTokensAcrossClients(t *testing.T) {
 		t.Fatalf("handover: token %d after %d", s2.Token, s1.Token)
 	}
 	stores.check(t, "two")
-	for i, err := range stores.write(late, s1, "one-late") {
+	adv72aAllStale(t, "the releaser's", stores.write(late, s1, "one-late"))
+	stores.check(t, "two")
+	adv72aHeard(t, obs1, 4)
+}
+
+// adv72aAllStale fails the test for each of whose late writes that was
+// not refused with ErrStale.
+func adv72aAllStale(t *testing.T, whose string, errs []error) {
+	t.Helper()
+	for i, err := range errs {
 		if !errors.Is(err, fence.ErrStale) {
-			t.Errorf("late write %d of the releaser = %v, want ErrStale", i, err)
+			t.Errorf("%s late write %d = %v, want ErrStale", whose, i, err)
 		}
 	}
-	stores.check(t, "two")
-	if n := obs1.Count(lease.EventStaleWriteRejected); n != 4 {
-		t.Fatalf("the releaser's observer heard %d stale writes, want 4", n)
+}
+
+// adv72aHeard fails the test unless obs heard want stale writes.
+func adv72aHeard(t *testing.T, obs *leasetest.Recorder, want int) {
+	t.Helper()
+	if n := obs.Count(lease.EventStaleWriteRejected); n != want {
+		t.Fatalf("the observer heard %d stale writes, want %d", n, want)
 	}
 }
 
@@ -200,15 +213,9 @@ func TestAdversary72a_ExpiredHolderLateWrites(t *testing.T) {
 	if s2.Token <= s1.Token {
 		t.Fatalf("tokens %d then %d", s1.Token, s2.Token)
 	}
-	for i, err := range lateErrs {
-		if !errors.Is(err, fence.ErrStale) {
-			t.Errorf("late write %d = %v, want ErrStale", i, err)
-		}
-	}
+	adv72aAllStale(t, "the cut-off holder's", lateErrs)
 	stores.check(t, "two")
-	if n := obs1.Count(lease.EventStaleWriteRejected); n != 4 {
-		t.Fatalf("the cut-off holder's observer heard %d stale writes, want 4", n)
-	}
+	adv72aHeard(t, obs1, 4)
 }
 
 // One Lead call wins several terms in a row (fn returns nil, Lead
@@ -274,16 +281,10 @@ func TestAdversary72a_LeadTermsOneTokenEach(t *testing.T) {
 	}
 	stores.check(t, fmt.Sprint("term-", terms[2].Token))
 	for _, old := range terms[:2] {
-		for i, err := range stores.write(context.Background(), old, "late") {
-			if !errors.Is(err, fence.ErrStale) {
-				t.Errorf("late write %d of term %d = %v, want ErrStale", i, old.Token, err)
-			}
-		}
+		adv72aAllStale(t, fmt.Sprint("term ", old.Token, "'s"), stores.write(context.Background(), old, "late"))
 	}
 	stores.check(t, fmt.Sprint("term-", terms[2].Token))
-	if n := obs.Count(lease.EventStaleWriteRejected); n != 8 {
-		t.Fatalf("%d stale writes reported, want 8", n)
-	}
+	adv72aHeard(t, obs, 8)
 }
 
 // Every refusal is reported once, with the stamp's token and the error

@@ -289,34 +289,10 @@ func TestAdversary72b_ForceReleasedLeader(t *testing.T) {
 
 	wctx, wcancel := context.WithCancel(context.Background())
 	defer wcancel()
-	watch := admin.WatchLeader(wctx, key)
-	var wmu sync.Mutex
-	var seen []watched
-	go func() {
-		for l := range watch {
-			wmu.Lock()
-			seen = append(seen, watched{l, time.Now()})
-			wmu.Unlock()
-		}
-	}()
+	log := logLeaders(admin.WatchLeader(wctx, key))
 	reported := func(from time.Time, within time.Duration, what string, ok func(lease.Leader) bool) watched {
 		t.Helper()
-		var got watched
-		if !waitFor(within, func() bool {
-			wmu.Lock()
-			defer wmu.Unlock()
-			for _, w := range seen {
-				if !w.at.Before(from) && ok(w.Leader) {
-					got = w
-					return true
-				}
-			}
-			return false
-		}) {
-			wmu.Lock()
-			t.Fatalf("watch: no report of %s within %v; reports %+v", what, within, seen)
-		}
-		return got
+		return log.wait(t, from, within, "the watch's "+what, ok)
 	}
 	force := func() (time.Time, lease.Leader) {
 		t.Helper()
@@ -353,18 +329,15 @@ func TestAdversary72b_ForceReleasedLeader(t *testing.T) {
 	if a2.owner != "A" || a2.tok <= a1.tok {
 		t.Fatalf("after the forced release: term %d of %s, want A with a token > %d", a2.tok, a2.owner, a1.tok)
 	}
-	w := reported(at, 3*time.Second, "A's new term", func(l lease.Leader) bool { return l.Term == a2.tok && l.Owner == "A" })
-	_ = w
+	reported(at, 3*time.Second, "A's new term", func(l lease.Leader) bool { return l.Term == a2.tok && l.Owner == "A" })
 	// Nobody must have been reported between the forced release and A's
 	// new term, or A's new term directly; never A's old term after it was
 	// told (a deposed leader reported as current).
-	wmu.Lock()
-	for _, s := range seen {
+	for _, s := range log.all() {
 		if s.at.After(x.to.Add(recheck+slack)) && s.Term == a1.tok && s.Err == nil {
 			t.Errorf("watch reported the forced-out term %d at %v, %v after its leader was told", a1.tok, s.at.Format("15:04:05.000"), s.at.Sub(x.to))
 		}
 	}
-	wmu.Unlock()
 
 	// 2. B waits: the forced release hands it the lease at once.
 	cancelB, doneB := lead(cb, "B")
@@ -418,31 +391,8 @@ func TestAdversary72b_PausedSoleLeaderProcess(t *testing.T) {
 	observer, _ := newClient(t, srv.Client(t), lease.WithRecheck(recheck))
 	wctx, wcancel := context.WithCancel(context.Background())
 	defer wcancel()
-	watch := observer.WatchLeader(wctx, key)
-	var wmu sync.Mutex
-	var seen []watched
-	go func() {
-		for l := range watch {
-			wmu.Lock()
-			seen = append(seen, watched{l, time.Now()})
-			wmu.Unlock()
-		}
-	}()
-	find := func(from time.Time, within time.Duration, ok func(lease.Leader) bool) (watched, bool) {
-		var got watched
-		found := waitFor(within, func() bool {
-			wmu.Lock()
-			defer wmu.Unlock()
-			for _, w := range seen {
-				if !w.at.Before(from) && ok(w.Leader) {
-					got = w
-					return true
-				}
-			}
-			return false
-		})
-		return got, found
-	}
+	log := logLeaders(observer.WatchLeader(wctx, key))
+	find := log.find
 	sub := e.startSub(t, "proc-1", srv.Addr())
 	first := e.next(5 * time.Second)
 	if _, ok := find(time.Time{}, 2*time.Second, func(l lease.Leader) bool { return l.Term == first.token && l.Owner == "proc-1" }); !ok {
@@ -452,8 +402,7 @@ func TestAdversary72b_PausedSoleLeaderProcess(t *testing.T) {
 	sub.signal(syscall.SIGSTOP)
 	nobody, ok := find(pausedAt, 3*time.Second, func(l lease.Leader) bool { return l.Holder == "" && l.Err == nil })
 	if !ok {
-		wmu.Lock()
-		t.Fatalf("watch never reported nobody while the sole leader was paused; reports %+v", seen)
+		t.Fatalf("watch never reported nobody while the sole leader was paused; reports %+v", log.all())
 	}
 	if d := nobody.at.Sub(pausedAt) - st.lost(pausedAt, nobody.at); d > ttl+recheck+slack {
 		t.Errorf("the paused leader was reported gone %v after the pause, want within TTL + re-check (%v)", d, ttl+recheck)
@@ -487,13 +436,11 @@ func TestAdversary72b_PausedSoleLeaderProcess(t *testing.T) {
 		t.Errorf("watch never reported the new term %d", second.token)
 	}
 	// The deposed term must not be reported again after nobody was.
-	wmu.Lock()
-	for _, s := range seen {
+	for _, s := range log.all() {
 		if s.at.After(nobody.at) && s.Term == first.token {
 			t.Errorf("watch reported the deposed term %d again at %v", first.token, s.at.Format("15:04:05.000"))
 		}
 	}
-	wmu.Unlock()
 	e.check()
 }
 

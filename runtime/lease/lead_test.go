@@ -690,6 +690,61 @@ type watched struct {
 	at time.Time
 }
 
+// leaderLog records a WatchLeader channel's reports, each with the time
+// it came.
+type leaderLog struct {
+	mu     sync.Mutex
+	seen   []watched
+	closed chan struct{} // closed once the channel is
+}
+
+func logLeaders(ch <-chan lease.Leader) *leaderLog {
+	g := &leaderLog{closed: make(chan struct{})}
+	go func() {
+		defer close(g.closed)
+		for l := range ch {
+			g.mu.Lock()
+			g.seen = append(g.seen, watched{l, time.Now()})
+			g.mu.Unlock()
+		}
+	}()
+	return g
+}
+
+// find waits up to within for a report from from on that satisfies ok.
+func (g *leaderLog) find(from time.Time, within time.Duration, ok func(lease.Leader) bool) (watched, bool) {
+	var got watched
+	found := waitFor(within, func() bool {
+		g.mu.Lock()
+		defer g.mu.Unlock()
+		for _, w := range g.seen {
+			if !w.at.Before(from) && ok(w.Leader) {
+				got = w
+				return true
+			}
+		}
+		return false
+	})
+	return got, found
+}
+
+// wait is find, failing the test (naming what) when no report came.
+func (g *leaderLog) wait(t *testing.T, from time.Time, within time.Duration, what string, ok func(lease.Leader) bool) watched {
+	t.Helper()
+	w, found := g.find(from, within, ok)
+	if !found {
+		t.Fatalf("no report of %s within %v; reports: %+v", what, within, g.all())
+	}
+	return w
+}
+
+// all is a copy of the reports so far.
+func (g *leaderLog) all() []watched {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return slices.Clone(g.seen)
+}
+
 // A graceful handover, and a graceful stop with nobody waiting, are
 // reported because the release tells the watch,
 // not because a re-check happens to come soon: the terms last a minute and
@@ -771,37 +826,10 @@ func TestWatchLeader(t *testing.T) {
 	e := newElection(t, key, lease.LeadSpec{TTL: ttl}, rdb)
 	cands := newCandidates(t, srv, 3, lease.WithRecheck(recheck))
 	observer, _ := newClient(t, srv.Client(t), lease.WithRecheck(recheck))
-	ch := observer.WatchLeader(context.Background(), key)
-	var mu sync.Mutex
-	var seen []watched
-	closed := make(chan struct{})
-	go func() {
-		defer close(closed)
-		for l := range ch {
-			mu.Lock()
-			seen = append(seen, watched{l, time.Now()})
-			mu.Unlock()
-		}
-	}()
-	// reported waits for a report after from that satisfies ok.
+	log := logLeaders(observer.WatchLeader(context.Background(), key))
 	reported := func(from time.Time, within time.Duration, what string, ok func(lease.Leader) bool) watched {
 		t.Helper()
-		var got watched
-		if !waitFor(within, func() bool {
-			mu.Lock()
-			defer mu.Unlock()
-			for _, w := range seen {
-				if !w.at.Before(from) && ok(w.Leader) {
-					got = w
-					return true
-				}
-			}
-			return false
-		}) {
-			mu.Lock()
-			t.Fatalf("no report of %s within %v; reports: %+v", what, within, seen)
-		}
-		return got
+		return log.wait(t, from, within, what, ok)
 	}
 	isNobody := func(l lease.Leader) bool { return l.Holder == "" && l.Err == nil }
 	reported(time.Time{}, time.Second, "nobody at first", isNobody)
@@ -861,7 +889,7 @@ func TestWatchLeader(t *testing.T) {
 
 	observer.Close()
 	select {
-	case <-closed:
+	case <-log.closed:
 	case <-time.After(2 * time.Second):
 		t.Fatal("the watch did not end when its Client closed")
 	}
@@ -870,13 +898,12 @@ func TestWatchLeader(t *testing.T) {
 	}
 	e.markLostFromEvents(cands...)
 	e.check()
-	mu.Lock()
+	seen := log.all()
 	for i := 1; i < len(seen); i++ {
 		if a, b := seen[i-1].Leader, seen[i].Leader; a.Holder == b.Holder && a.Term == b.Term && (a.Err == nil) == (b.Err == nil) {
 			t.Errorf("report %d repeats report %d: %+v", i, i-1, b)
 		}
 	}
-	mu.Unlock()
 	t.Logf("watch: a handover reported after %v; a leader that stopped renewing reported gone after %v; Redis paused: the last leader vouched for %v (TTL %v, re-check %v)",
 		handover.Round(100*time.Microsecond), gone.Round(time.Millisecond), stale.Round(time.Millisecond), ttl, recheck)
 }
