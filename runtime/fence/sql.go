@@ -84,7 +84,13 @@ func (e sqlExecer) Exec(ctx context.Context, q string, args ...any) (int64, erro
 	// ends while the write waits for one (or a connection that cannot be
 	// opened) is known to have sent nothing. database/sql's own retry of
 	// a connection that turns out bad (driver.ErrBadConn: nothing was
-	// carried out) is kept: a new connection, twice at most, as it does.
+	// carried out, and the connection is discarded) is kept: two tries on
+	// pooled connections, the last on a new one. db.Conn prefers idle
+	// connections, which may all be bad (closed by the server while idle),
+	// so after the second failure there is one more try per idle
+	// connection: each bad one is discarded, and the last is new
+	// (TestAdversary73_SQLBadConnLastRetryOnNewConnection).
+	tries := 3
 	for try := 0; ; try++ {
 		conn, err := db.Conn(ctx)
 		if err != nil {
@@ -92,8 +98,13 @@ func (e sqlExecer) Exec(ctx context.Context, q string, args ...any) (int64, erro
 		}
 		r, err := conn.ExecContext(ctx, q, args...)
 		conn.Close()
-		if errors.Is(err, driver.ErrBadConn) && try < 2 && ctx.Err() == nil {
-			continue
+		if errors.Is(err, driver.ErrBadConn) && ctx.Err() == nil {
+			if try == 1 {
+				tries += db.Stats().Idle
+			}
+			if try+1 < tries {
+				continue
+			}
 		}
 		if err != nil {
 			return 0, endedUnsent(ctx, err)
@@ -107,6 +118,11 @@ func (e sqlExecer) Exec(ctx context.Context, q string, args ...any) (int64, erro
 // answers so for a context that ended before the send): then the
 // context's error, as for a write whose context ended before it was
 // made, marked as not sent (TestAdversary72a_SQLContextEndsBeforeSend).
+// A *sql.Tx checks the context itself before the driver and returns the
+// bare ctx.Err(), which a driver cancelled after the send may return too:
+// that stays an unknown outcome, the safe answer for a window between the
+// store's check and database/sql's
+// (TestAdversary73_SQLTxContextEndsBeforeDatabaseSQLCheck).
 func endedUnsent(ctx context.Context, err error) error {
 	if ctx.Err() == nil || !errors.Is(err, driver.ErrBadConn) {
 		return err
