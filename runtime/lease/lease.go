@@ -439,7 +439,9 @@ func FromContext(ctx context.Context) (*Lease, bool) {
 }
 
 // TokenFrom returns the fencing token of the innermost fenced lease in ctx.
-// It reports false when no lease in ctx was granted with fencing.
+// It reports false when no lease in ctx was granted with fencing. A call
+// without Spec.Fence that took a lease kept by a fenced call (Spec.Keep)
+// holds a lease granted with fencing: its token is reported.
 func TokenFrom(ctx context.Context) (Token, bool) {
 	if l, ok := FencedFrom(ctx); ok {
 		return l.token, true

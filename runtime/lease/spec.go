@@ -50,7 +50,10 @@ type Spec struct {
 	// the next call on the key in the same Client enters at once, with the
 	// same fencing token, if the lease has MinValidity left. A waiter in
 	// another process makes the Client release it as soon as no call uses
-	// it. 0: release when fn returns.
+	// it. 0: release when fn returns. A call without Fence may take a
+	// lease kept by a fenced one, and then runs under that fenced grant:
+	// TokenFrom and Lease.Token report its token, as in a call nested in
+	// a fenced one; a call with Fence takes only a fenced lease.
 	//
 	// The price of no round trip: a call that ends by keeping its lease
 	// does not ask Redis whether the key is still its own, as a release
