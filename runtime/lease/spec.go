@@ -69,7 +69,10 @@ type Spec struct {
 	// deleted from outside without notice, or lost in a restart or
 	// failover, is known at the next renewal (within TTL/3) or when the
 	// subscription comes back (until the key has been checked after that,
-	// a reuse asks Redis, one round trip): a kept call that ends before
+	// a reuse asks Redis, one round trip) or, after a failover that left
+	// it connected to the demoted node, when its probe finds that out: a
+	// kept call that begins before that runs on the lost lease, beside the
+	// new primary's holder, until it is told, and one that ends before
 	// that may return nil. Fence what such a call writes, or do not keep
 	// leases where keys are deleted from outside.
 	Keep time.Duration
