@@ -32,9 +32,10 @@ const (
 
 // Redis writes fenced records kept in Redis. Each record is one hash (the
 // data fields plus TokenField, OwnerField and WritesField), so a write
-// touches one key and is Cluster-safe. Tokens are compared as decimal digits, exactly over
-// the whole range of lease.Token (the lease package mints exact tokens past
-// 2^53, where Lua numbers, doubles, would skip integers).
+// touches one key and is Cluster-safe. Tokens are compared as decimal
+// digits, exactly over the whole range of lease.Token (the lease package
+// mints exact tokens past 2^53, where Lua numbers, doubles, would skip
+// integers).
 type Redis struct{ rdb redis.UniversalClient }
 
 // NewRedis returns a Redis writer on rdb: a *redis.Client or a
