@@ -12,6 +12,38 @@ import (
 	"github.com/leasegen/leasegen/runtime/leasetest"
 )
 
+// adv74bKept is a lease Client A keeps on a Sentinel deployment, and a
+// second Client B there.
+type adv74bKept struct {
+	cA, cB *lease.Client
+	recA   *leasetest.Recorder
+	sA     lease.Spec // A's calls': Keep, Fence
+	tokA1  lease.Token
+	old    *leasetest.Server // the primary A's grant was made on, synced to the replicas
+	spans  adv74bSpans
+}
+
+// adv74bKeptOnSentinel makes A's first call on key (TTL ttl, Deadline
+// deadline) and keeps its lease, and waits for the replicas to have it.
+func adv74bKeptOnSentinel(t *testing.T, sn *leasetest.Sentinel, key string, ttl, deadline time.Duration) *adv74bKept {
+	t.Helper()
+	ctx := context.Background()
+	k := &adv74bKept{sA: lease.Spec{TTL: ttl, Deadline: deadline, Keep: 30 * time.Second, Fence: true, MinValidity: 200 * time.Millisecond}}
+	k.cA, k.recA = newClient(t, sn.FailoverClient(t, adv56ShortDial), lease.WithRecheck(200*time.Millisecond))
+	k.cB, _ = newClient(t, sn.FailoverClient(t, adv56ShortDial), lease.WithRecheck(200*time.Millisecond))
+	if err := k.cA.Do(ctx, key, k.sA, adv74bRun(&k.spans, "A", 0, &k.tokA1, nil)); err != nil {
+		t.Fatal(err)
+	}
+	var err error
+	if k.old, err = sn.Primary(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := k.old.WaitSync(ctx, sn.Data[1:]...); err != nil {
+		t.Fatal(err)
+	}
+	return k
+}
+
 // A's lease is kept idle; the replicas miss its grant (deleted locally on
 // each, as a replica that had not received it yet), and the sentinels fail
 // over to one of them. B takes the key on the new primary and stays in
@@ -34,23 +66,11 @@ func TestAdversary74b_SentinelFailoverToReplicaThatMissedKeptGrant(t *testing.T)
 	st := watchStalls(t, 20*time.Millisecond)
 	sn := leasetest.StartSentinel(t)
 	ctx := context.Background()
-	cA, recA := newClient(t, sn.FailoverClient(t, adv56ShortDial), lease.WithRecheck(200*time.Millisecond))
-	cB, _ := newClient(t, sn.FailoverClient(t, adv56ShortDial), lease.WithRecheck(200*time.Millisecond))
 	key := "adv74b-sfo"
 	ttl := 1500 * time.Millisecond
-	sA := lease.Spec{TTL: ttl, Deadline: 3 * time.Second, Keep: 30 * time.Second, Fence: true, MinValidity: 200 * time.Millisecond}
-	var spans adv74bSpans
-	var tokA1 lease.Token
-	if err := cA.Do(ctx, key, sA, adv74bRun(&spans, "A", 0, &tokA1, nil)); err != nil {
-		t.Fatal(err)
-	}
-	old, err := sn.Primary(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := old.WaitSync(ctx, sn.Data[1:]...); err != nil {
-		t.Fatal(err)
-	}
+	k := adv74bKeptOnSentinel(t, sn, key, ttl, 3*time.Second)
+	cA, recA, cB, sA, tokA1 := k.cA, k.recA, k.cB, k.sA, k.tokA1
+	spans := &k.spans
 	for _, r := range sn.Data[1:] {
 		rc := r.Client(t)
 		if err := rc.ConfigSet(ctx, "replica-read-only", "no").Err(); err != nil {
@@ -77,7 +97,7 @@ func TestAdversary74b_SentinelFailoverToReplicaThatMissedKeptGrant(t *testing.T)
 		var err error
 		for i := 0; i < 20; i++ {
 			err = cB.Do(ctx, key, lease.Spec{TTL: 2 * time.Second, Deadline: 5 * time.Second, Wait: 100 * time.Millisecond, Fence: true},
-				adv74bRun(&spans, "B", bHold, &tokB, bEntered))
+				adv74bRun(spans, "B", bHold, &tokB, bEntered))
 			if err == nil || !errors.Is(err, lease.ErrBusy) && !errors.Is(err, lease.ErrUnknown) && !errors.Is(err, lease.ErrRefused) {
 				break
 			}
@@ -173,23 +193,11 @@ func TestAdversary74b_SentinelPrimaryKilledDuringKeptCall(t *testing.T) {
 	start := time.Now()
 	sn := leasetest.StartSentinel(t, func(o *leasetest.SentinelOptions) { o.DownAfter = 500 * time.Millisecond })
 	ctx := context.Background()
-	cA, recA := newClient(t, sn.FailoverClient(t, adv56ShortDial), lease.WithRecheck(200*time.Millisecond))
-	cB, _ := newClient(t, sn.FailoverClient(t, adv56ShortDial), lease.WithRecheck(200*time.Millisecond))
 	key := "adv74b-skill"
 	ttl := 3 * time.Second
-	sA := lease.Spec{TTL: ttl, Deadline: 7 * time.Second, Keep: 30 * time.Second, Fence: true, MinValidity: 200 * time.Millisecond}
-	var spans adv74bSpans
-	var tokA1 lease.Token
-	if err := cA.Do(ctx, key, sA, adv74bRun(&spans, "A", 0, &tokA1, nil)); err != nil {
-		t.Fatal(err)
-	}
-	old, err := sn.Primary(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := old.WaitSync(ctx, sn.Data[1:]...); err != nil {
-		t.Fatal(err)
-	}
+	k := adv74bKeptOnSentinel(t, sn, key, ttl, 7*time.Second)
+	cA, recA, cB, sA, tokA1, old := k.cA, k.recA, k.cB, k.sA, k.tokA1, k.old
+	spans := &k.spans
 	aEntered := make(chan struct{})
 	aDone := make(chan error, 1)
 	stop := make(chan struct{})
