@@ -89,7 +89,7 @@ func load(dir string, fset *token.FileSet, patterns []string) ([]*packages.Packa
 	roots, err := packages.Load(&packages.Config{
 		Mode:       packages.NeedName | packages.NeedFiles,
 		Dir:        dir,
-		BuildFlags: []string{"-tags=" + BuildTag},
+		BuildFlags: tagFlags(),
 	}, patterns...)
 	depsWG.Wait()
 	wg.Wait()
@@ -249,7 +249,7 @@ func loadExports(dir string, paths []string) (map[string]*packages.Package, erro
 	pkgs, err := packages.Load(&packages.Config{
 		Mode:       packages.NeedName | packages.NeedExportFile | packages.NeedFiles,
 		Dir:        dir,
-		BuildFlags: []string{"-tags=" + BuildTag},
+		BuildFlags: tagFlags(),
 	}, paths...)
 	if err != nil {
 		return nil, err
@@ -330,18 +330,80 @@ func buildFiles(dir string) []string {
 }
 
 // buildContext returns the go/build context of the current GOOS and
-// GOARCH, with -tags leasegen when withTag (leasegen's own load) and
-// without (the build of go build and go test).
+// GOARCH and the tags GOFLAGS sets, with -tags leasegen when withTag
+// (leasegen's own load) and without (the build of go build and go test).
 func buildContext(withTag bool) build.Context {
 	ctx := build.Default
+	ctx.BuildTags = append(slices.Clone(ctx.BuildTags), userTags()...)
 	if withTag {
-		ctx.BuildTags = append(slices.Clone(ctx.BuildTags), BuildTag)
+		ctx.BuildTags = append(ctx.BuildTags, BuildTag)
 	}
 	ctx.GOARCH = goarch()
 	if goos := os.Getenv("GOOS"); goos != "" {
 		ctx.GOOS = goos
 	}
 	return ctx
+}
+
+// tagFlags are the build flags of leasegen's go list calls: the tags
+// GOFLAGS sets, and leasegen. A -tags on go list's command line replaces
+// GOFLAGS' -tags instead of adding to it, so GOFLAGS' are repeated in it:
+// with GOFLAGS=-tags=prod (a service's CI, or go env -w) the package is
+// read as go build, go vet and go test read it there
+// (TestAdversary75b_GOFLAGSTagsHonoured).
+func tagFlags() []string {
+	return []string{"-tags=" + strings.Join(append(userTags(), BuildTag), ",")}
+}
+
+// userTags returns the build tags that GOFLAGS sets (its last -tags, as
+// the go command reads it), from the environment or, when that is unset
+// or empty, from the go command's environment file (go env -w).
+func userTags() []string {
+	var tags []string
+	for _, f := range strings.Fields(goEnv("GOFLAGS")) {
+		name, value, ok := strings.Cut(strings.TrimPrefix(strings.TrimPrefix(f, "-"), "-"), "=")
+		if !ok || name != "tags" {
+			continue
+		}
+		tags = tags[:0]
+		for _, t := range strings.FieldsFunc(value, func(r rune) bool { return r == ',' || r == ' ' }) {
+			if t != BuildTag {
+				tags = append(tags, t)
+			}
+		}
+	}
+	return tags
+}
+
+// goEnv returns the go command's setting of key: the environment's when
+// it is set and not empty, as the go command reads it, else the one go env
+// -w wrote to the environment file ($GOENV, or go/env under the user's
+// configuration directory; GOENV=off: none).
+func goEnv(key string) string {
+	if v := os.Getenv(key); v != "" {
+		return v
+	}
+	file := os.Getenv("GOENV")
+	if file == "off" {
+		return ""
+	}
+	if file == "" {
+		dir, err := os.UserConfigDir()
+		if err != nil {
+			return ""
+		}
+		file = filepath.Join(dir, "go", "env")
+	}
+	data, err := os.ReadFile(file)
+	if err != nil {
+		return ""
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if k, v, ok := strings.Cut(strings.TrimSpace(line), "="); ok && k == key {
+			return v
+		}
+	}
+	return ""
 }
 
 func goarch() string {
