@@ -851,11 +851,20 @@ func typePosition(info *types.Info, path []ast.Node) bool {
 // A type that lacks a wrapper as a method (missing method X) does not
 // implement an interface the wrapper satisfies: a service registered
 // with its wrappers (TestAdversary63c_WrapperSatisfiesInterface).
+//
+// An identifier is spelled as Go spells one, Unicode letters and digits
+// included (\w and \b are ASCII only): leasegen generates wrappers named
+// Éclair or ZahlungÜbernehmen, and a call to one must be forgiven, a call
+// to ZahlungÜberweisen not taken for one to Zahlung
+// (TestAdversary75b_NonASCIIWrapperCalls).
 var (
-	undefinedRE     = regexp.MustCompile(`^undefined: (?:(\w+)\.)?(\w+)$`)
-	noMethodRE      = regexp.MustCompile(`\(type (.+) has no field or method (\w+)\b`)
-	missingMethodRE = regexp.MustCompile(`(\S+) does not (?:implement|satisfy) .*\(missing method (\w+)\)`)
+	undefinedRE     = regexp.MustCompile(`^undefined: (?:(` + identPat + `)\.)?(` + identPat + `)$`)
+	noMethodRE      = regexp.MustCompile(`\(type (.+) has no field or method (` + identPat + `)(?:[^\p{L}\p{Nd}_]|$)`)
+	missingMethodRE = regexp.MustCompile(`(\S+) does not (?:implement|satisfy) .*\(missing method (` + identPat + `)\)`)
 )
+
+// identPat matches a Go identifier.
+const identPat = `[\p{L}_][\p{L}\p{Nd}_]*`
 
 // missing returns the undefined identifier a type error complains about
 // (with the import name it is qualified by), or the method it says a
