@@ -223,13 +223,19 @@ func (a *call) acquireArgs(now, waitUntil time.Time) []any {
 			// again within a re-check and confirms it), so that a waiter
 			// whose process is gone holds the key up no longer than that.
 			claim := min(a.c.recheck+100*time.Millisecond, a.spec.TTL)
-			// identity|ttl|fence|claim|inbox, in one allocation.
+			// identity|ttl|fence|claim|inbox, and for a fenced call
+			// |counter ttl (a release that hands it the key mints its
+			// token, and lets the counter live as this Client would), in
+			// one allocation.
 			var buf [192]byte
 			b := append(buf[:0], a.id...)
 			b = strconv.AppendInt(append(b, '|'), ms(a.spec.TTL), 10)
 			b = append(append(b, '|'), fence.(string)...)
 			b = strconv.AppendInt(append(b, '|'), ms(claim), 10)
 			b = append(append(b, '|'), a.c.hub.probe...)
+			if a.spec.Fence {
+				b = strconv.AppendInt(append(b, '|'), ms(a.c.counterTTL), 10)
+			}
 			a.member = string(b)
 		}
 	}

@@ -5,7 +5,7 @@
 -- arrival), KEYS[4] queue expiries (hash: member -> ms) (same hash tag)
 -- ARGV[1] identity, ARGV[2] ttl ms, ARGV[3] "1" to mint a fencing token,
 -- ARGV[4] counter ttl ms, ARGV[5] queue entry lifetime ms (0: not
--- waiting), ARGV[6] queue member (identity|ttl|fence|claim ms), ARGV[7]
+-- waiting), ARGV[6] queue member (see release.lua), ARGV[7]
 -- the key's release channel: a waiter publishes "w" on it at each look,
 -- so that a Client keeping the lease between calls (Spec.Keep) releases it,
 -- ARGV[8] this attempt's sequence number in its call: stored with the

@@ -747,7 +747,9 @@ func TestAdversary12_KilledQueuedWaiterGetsOnlyClaim(t *testing.T) {
 		adv2WaitQueued(t, op, key, 1)
 		members := adv12Members(t, admin, key)
 		deadID, _, _ := strings.Cut(members[0], "|")
-		inbox := members[0][strings.LastIndex(members[0], "|")+1:]
+		// identity|ttl|fence|claim|inbox|counter ttl (a fenced waiter's)
+		inbox := strings.SplitN(members[0], "|", 5)[4]
+		inbox = inbox[:strings.LastIndex(inbox, "|")]
 		r.start("live", "", 0, false, "ttl=2s,wait=15s,deadline=20s,fence=1,count=1")
 		adv2WaitQueued(t, op, key, 2)
 		time.Sleep(100 * time.Millisecond) // both sleep; their inboxes are live

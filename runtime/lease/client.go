@@ -184,7 +184,10 @@ const maxIntervalOption = time.Duration(1 << 60)
 // WithCounterTTL sets how long a fence counter outlives its last grant
 // (default 24h). Tokens keep increasing after it expires thanks to the
 // server-time floor; the counter only matters when the server clock steps
-// back or several grants fall within one microsecond.
+// back or several grants fall within one microsecond. A grant that a
+// release hands to this Client's waiting call (the releaser mints its
+// token) keeps the counter for this Client's duration too, whoever
+// releases; a waiter of a version before it keeps the releaser's.
 func WithCounterTTL(d time.Duration) Option {
 	return func(c *Client) error {
 		if d <= 0 {

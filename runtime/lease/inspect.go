@@ -172,7 +172,7 @@ func parseInfo(key string, reply []any) (Info, error) {
 			Waited:  time.Duration(nowUS-int64(arrival)) * time.Microsecond,
 			Expires: time.Duration(expiry-nowMS) * time.Millisecond,
 		}
-		// member: identity|ttl ms|fence|claim ms|inbox (see release.lua)
+		// member: identity|ttl ms|fence|claim ms|inbox[|counter ttl ms] (see release.lua)
 		parts := strings.Split(member, "|")
 		w.Identity = parts[0]
 		if len(parts) >= 4 {

@@ -213,8 +213,16 @@ if #head > 0 then
     redis.call('HDEL', KEYS[6], m)
     if exp > now then
       -- member: identity|ttl|fence|claim|inbox (the waiter's Client's
-      -- probe channel; absent in entries of older Clients)
+      -- probe channel; absent in entries of older Clients), and for a
+      -- fenced waiter |counter ttl ms (its Client's WithCounterTTL; absent
+      -- in entries of older Clients: the releaser's then). The inbox ends
+      -- in "}:c", never in "|" and digits.
       local id, ttl, fence, claim, inbox = string.match(m, '^([^|]+)|(%d+)|(%d)|(%d+)|?(.*)$')
+      local counterPX = ARGV[5]
+      if inbox then
+        local ib, cpx = string.match(inbox, '^(.*)|(%d+)$')
+        if ib then inbox, counterPX = ib, cpx end
+      end
       -- An entry of the releasing identity itself (one that Redis brought
       -- back after losing writes, under a release or a ForceRelease that
       -- does not name it) is passed over: the key is not handed back to
@@ -225,8 +233,10 @@ if #head > 0 then
         -- another type, or at 2^63 - 1: set from outside) is passed over
         -- as a dead one is: the release goes on to the next waiter, and
         -- that waiter's own acquire is refused with the reason
-        -- (TestAdversary41_RefusedHandoverEndToEnd).
-        tok = takeTok(KEYS[4], tonumber(t[1]) * 1000000 + tonumber(t[2]), ARGV[5])
+        -- (TestAdversary41_RefusedHandoverEndToEnd). The counter lives as
+        -- long after this grant as the waiter's Client has it live after
+        -- its own (TestAdversary75a_HandoverCounterTTLIsTheGrantees).
+        tok = takeTok(KEYS[4], tonumber(t[1]) * 1000000 + tonumber(t[2]), counterPX)
       end
       if id and id ~= ARGV[1] and tok then
         -- The waiter gets its full TTL when its Client's subscription is
