@@ -99,21 +99,33 @@ func (c *Client) Watch(ctx context.Context, pattern string, every time.Duration,
 	// literally: with the precise pattern refused, all lease channels
 	// (prefix{*}:c) will do, keeping messages of the leases watched.
 	precise, all := c.notePattern(pattern), c.notePattern("*")
-	ps, err := psubscribe(ctx, c.rdb, precise)
+	w := &changeWatch{c: c, fn: fn, every: every, seen: map[string]seenLease{}, notes: map[string]string{}}
+	// The subscription's confirmation is a read like the others, bounded
+	// as they are: a Watch that starts while its server is silent ends
+	// with the read's error, or at its ctx's end or Close, within the
+	// bound (TestAdversary75c_WatchStartedOnSilentServer).
+	sub := func(p string) (*redis.PubSub, error) {
+		rctx, cancel := w.readCtx(ctx)
+		defer cancel()
+		return psubscribe(rctx, c.rdb, p)
+	}
+	ps, err := sub(precise)
 	filter := false
 	if err != nil && precise != all && redis.HasErrorPrefix(err, "NOPERM") {
-		ps, err = psubscribe(ctx, c.rdb, all)
+		ps, err = sub(all)
 		filter = true
 	}
 	if err != nil {
 		if stopped() {
 			return ended()
 		}
-		return fmt.Errorf("lease: watch: PSUBSCRIBE %s: %w (an ACL user needs the channel pattern &%s)", all, err, all)
+		if redis.HasErrorPrefix(err, "NOPERM") {
+			return fmt.Errorf("lease: watch: PSUBSCRIBE %s: %w (an ACL user needs the channel pattern &%s)", all, err, all)
+		}
+		return fmt.Errorf("lease: watch: PSUBSCRIBE %s: %w", all, err)
 	}
 	defer ps.Close()
 	msgs := ps.Channel()
-	w := &changeWatch{c: c, fn: fn, every: every, seen: map[string]seenLease{}, notes: map[string]string{}}
 	if err := w.scan(ctx, pattern, true); err != nil {
 		if stopped() {
 			return ended()
