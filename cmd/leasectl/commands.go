@@ -494,8 +494,10 @@ the URL with the services' own ACL user: a permission missing from its
 rules shows here at once, where a service would meet it only under
 contention (a release refused with a waiter queued). Each step prints
 "ok" or what failed, naming the command Redis refused. It takes a few
-seconds and leaves no key behind (a user without +del leaves the check
-keys' fencing counters for their TTL). Exit status 1 when a step failed.`,
+seconds and leaves no key behind but its releases' tombstones, which
+expire within seconds as any release's do (a user without +del leaves the
+check keys' fencing counters for their TTL). Exit status 1 when a step
+failed.`,
 	run: func(c *cli, fs *flag.FlagSet) error {
 		if fs.NArg() != 0 {
 			return usagef("check takes no arguments, got %d", fs.NArg())

@@ -15,7 +15,10 @@
 // Every command takes the connection flags: -url (default $REDIS_URL, else
 // redis://localhost:6379; rediss:// for TLS, with -cacert for a private
 // CA), -cluster for a Redis Cluster (more seed nodes as ?addr=host:port),
-// -prefix when the services use lease.WithPrefix, -timeout per request.
+// -sentinel MASTER for a Sentinel deployment (the URL names a Sentinel;
+// pointed at a node instead, leasectl reaches that node even after a
+// failover demoted it), -prefix when the services use lease.WithPrefix,
+// -timeout per request.
 //
 // Exit status: 0 done, 1 failed (including a release that found the lease
 // released or taken by another holder since it was shown), 2 usage.

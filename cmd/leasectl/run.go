@@ -27,11 +27,12 @@ type cli struct {
 	getenv func(string) string
 
 	// connection flags, shared by every command
-	url     string
-	cluster bool
-	prefix  string
-	cacert  string
-	timeout time.Duration
+	url      string
+	cluster  bool
+	sentinel string // the master's name: the URL names a Sentinel
+	prefix   string
+	cacert   string
+	timeout  time.Duration
 
 	// command flags
 	json            bool          // list, show, watch
@@ -100,7 +101,8 @@ Commands:
 	}
 	fmt.Fprint(w, `
 Every command connects with -url (default $REDIS_URL, else
-redis://localhost:6379), -cluster, -prefix, -cacert and -timeout.
+redis://localhost:6379), -cluster or -sentinel, -prefix, -cacert and
+-timeout.
 Run 'leasectl <command> -h' for a command's flags.
 Exit status: 0 done, 1 failed, 2 usage.
 `)
@@ -151,6 +153,7 @@ func (c *cli) connFlags(fs *flag.FlagSet) {
 	// No default shown in -h: $REDIS_URL may hold a password.
 	fs.StringVar(&c.url, "url", "", "Redis URL: redis://[user:password@]host:port[/db], rediss:// for TLS\n(default $REDIS_URL, else "+defaultURL+")")
 	fs.BoolVar(&c.cluster, "cluster", false, "the URL names a Redis Cluster node; more seed nodes as ?addr=host:port&addr=...")
+	fs.StringVar(&c.sentinel, "sentinel", "", "the URL names a Sentinel, and this is the name of the master it monitors: commands go\nto the current primary, as the services' failover clients do (go-redis's failover URL:\nthe URL's user and password are the Sentinel's, the data nodes' are ?username=&password=;\nmore Sentinels as ?addr=host:port&addr=...)")
 	fs.StringVar(&c.prefix, "prefix", "lease:", "the services' key prefix (lease.WithPrefix)")
 	fs.StringVar(&c.cacert, "cacert", "", "PEM file of the CA to trust for rediss:// (default: the system's roots)")
 	fs.DurationVar(&c.timeout, "timeout", 5*time.Second, "bound on each request to Redis")
@@ -177,14 +180,29 @@ func (c *cli) connect() (*lease.Client, func(), error) {
 		tlsConf   **tls.Config
 		newClient func() redis.UniversalClient
 	)
-	if c.cluster {
+	switch {
+	case c.cluster && c.sentinel != "":
+		return nil, nil, usagef("-cluster and -sentinel: choose one")
+	case c.sentinel != "":
+		// A node's own URL would reach that node even after Sentinel
+		// demoted it: for about 9s it is still a writable master, and a
+		// release there says "released" while the new primary's holder
+		// keeps the lease (TestAdversary75c_LeasectlReleaseOnSentinelNodes).
+		o, err := redis.ParseFailoverURL(c.url)
+		if err != nil {
+			return nil, nil, c.urlError(err)
+		}
+		o.MasterName = c.sentinel
+		o.ContextTimeoutEnabled = true
+		tlsConf, newClient = &o.TLSConfig, func() redis.UniversalClient { return redis.NewFailoverClient(o) }
+	case c.cluster:
 		o, err := redis.ParseClusterURL(c.url)
 		if err != nil {
 			return nil, nil, c.urlError(err)
 		}
 		o.ContextTimeoutEnabled = true
 		tlsConf, newClient = &o.TLSConfig, func() redis.UniversalClient { return redis.NewClusterClient(o) }
-	} else {
+	default:
 		o, err := redis.ParseURL(c.url)
 		if err != nil {
 			return nil, nil, c.urlError(err)
