@@ -53,8 +53,10 @@ const checkStepTimeout = 5 * time.Second
 // once: run it when a service starts, or from leasectl check. The error
 // is nil when every step ran clean; otherwise it joins the steps'
 // errors. Check takes a few seconds (its waits and renewal are real
-// ones) and leaves nothing behind but the fencing counter of its keys,
-// which it deletes (a user without +del keeps them for the counter TTL).
+// ones) and leaves nothing behind but its releases' tombstones, which
+// expire within 4 release timeouts (at least 1s), as any release's do,
+// and the fencing counter of its keys, which it deletes (a user without
+// +del keeps them for the counter TTL).
 // It does not try operators' commands (Inspect, List, ForceRelease,
 // Watch; see leasectl's ACL recipe). Close ends it: its error then wraps
 // ErrClosed.
