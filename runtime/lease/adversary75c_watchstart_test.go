@@ -78,9 +78,10 @@ func TestAdversary75c_WatchStartedOnSilentServer(t *testing.T) {
 			// its bound, after them, and must then report them).
 			every := 200 * time.Millisecond
 			if tc.end != "bound" {
-				every = 1500 * time.Millisecond
+				every = 500 * time.Millisecond
 			}
-			bound := max(every, lease.DefaultReleaseTimeout)
+			// The subscription's bound: four round trips (Watch's doc).
+			bound := 4 * max(every, lease.DefaultReleaseTimeout)
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
 			start := time.Now()
@@ -96,8 +97,8 @@ func TestAdversary75c_WatchStartedOnSilentServer(t *testing.T) {
 				c.Close()
 				limit = bound + 2*time.Second
 			case "bound":
-				// The doc's bound is every (at least the release
-				// timeout); 2s of slack.
+				// The doc's bound: four times every (at least the
+				// release timeout) for the subscription; 2s of slack.
 				limit = bound + 2*time.Second
 			}
 			select {

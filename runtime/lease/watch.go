@@ -72,6 +72,9 @@ type Change struct {
 // also while a read waits for a server that stopped answering: each read
 // is bounded by every (at least the release timeout), and one not
 // answered in time ends the watch with its error, as any failed read does.
+// The subscription, at the start, is a new connection's setup and its
+// confirmation, up to four round trips (dial, HELLO, CLIENT SETINFO,
+// PSUBSCRIBE): it is bounded by four times that.
 func (c *Client) Watch(ctx context.Context, pattern string, every time.Duration, fn func(Change)) error {
 	if every <= 0 {
 		return fmt.Errorf("lease: Watch: interval %v, need > 0", every)
@@ -100,14 +103,16 @@ func (c *Client) Watch(ctx context.Context, pattern string, every time.Duration,
 	// (prefix{*}:c) will do, keeping messages of the leases watched.
 	precise, all := c.notePattern(pattern), c.notePattern("*")
 	w := &changeWatch{c: c, fn: fn, every: every, seen: map[string]seenLease{}, notes: map[string]string{}}
-	// The subscription's confirmation is a read like the others, bounded
-	// as they are: a Watch that starts while its server is silent ends
-	// with the read's error, or at its ctx's end or Close, within the
-	// bound (TestAdversary75c_WatchStartedOnSilentServer).
+	// The subscription is bounded as the reads are, for each of its
+	// round trips on the new connection (one bound for all of them failed
+	// a Watch on a server slow but in time: TestAdversary76_WatchSlowServer):
+	// a Watch that starts while its server is silent ends with the
+	// error, or at its ctx's end or Close, within that
+	// (TestAdversary75c_WatchStartedOnSilentServer).
 	sub := func(p string) (*redis.PubSub, error) {
-		rctx, cancel := w.readCtx(ctx)
+		sctx, cancel := context.WithTimeout(ctx, subscribeRoundTrips*w.readBound())
 		defer cancel()
-		return psubscribe(rctx, c.rdb, p)
+		return psubscribe(sctx, c.rdb, p)
 	}
 	ps, err := sub(precise)
 	filter := false
@@ -124,8 +129,17 @@ func (c *Client) Watch(ctx context.Context, pattern string, every time.Duration,
 		}
 		return fmt.Errorf("lease: watch: PSUBSCRIBE %s: %w", all, err)
 	}
-	defer ps.Close()
 	msgs := ps.Channel()
+	defer func() {
+		ps.Close()
+		// go-redis's reader goroutine may be handing over a message that
+		// nobody reads any more (many releases while the watch ended): it
+		// would wait up to its channel's send timeout, a minute. Drained,
+		// it finds the subscription closed and ends
+		// (TestAdversary76_WatchShortEveryUnderLoad).
+		for range msgs {
+		}
+	}()
 	if err := w.scan(ctx, pattern, true); err != nil {
 		if stopped() {
 			return ended()
@@ -177,8 +191,16 @@ func (c *Client) Watch(ctx context.Context, pattern string, every time.Duration,
 // go-redis's ReadTimeout, or ever with ReadTimeout -1. A read not answered
 // in time ends the watch with its error, as any failed read does.
 func (w *changeWatch) readCtx(ctx context.Context) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(ctx, max(w.every, w.c.releaseTimeout))
+	return context.WithTimeout(ctx, w.readBound())
 }
+
+// readBound is the bound of each read: the interval, at least the release
+// timeout.
+func (w *changeWatch) readBound() time.Duration { return max(w.every, w.c.releaseTimeout) }
+
+// subscribeRoundTrips is how many round trips Watch's subscription makes
+// on its new connection: dial, HELLO, CLIENT SETINFO, PSUBSCRIBE.
+const subscribeRoundTrips = 4
 
 // psubscribe subscribes to pattern and waits for the confirmation.
 func psubscribe(ctx context.Context, rdb redis.UniversalClient, pattern string) (*redis.PubSub, error) {
