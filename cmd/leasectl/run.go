@@ -10,6 +10,7 @@ import (
 	"io"
 	"net/url"
 	"os"
+	"regexp"
 	"strings"
 	"time"
 
@@ -235,6 +236,11 @@ func (c *cli) connect() (*lease.Client, func(), error) {
 	// service recipe): its NOPERM says the server is there.
 	if err := ping(ctx, rdb); err != nil && !(c.servicesUser && strings.HasPrefix(err.Error(), "NOPERM")) {
 		rdb.Close()
+		if c.sentinel != "" && strings.Contains(err.Error(), "all sentinels") {
+			// go-redis says so also when the Sentinels answered that they
+			// know no master by that name.
+			return nil, nil, fmt.Errorf("cannot reach Redis at %s: %w (is %q a master the Sentinels monitor? SENTINEL MASTERS lists them)", redactURL(c.url), err, c.sentinel)
+		}
 		return nil, nil, fmt.Errorf("cannot reach Redis at %s: %w", redactURL(c.url), err)
 	}
 	lc, err := lease.New(rdb, lease.WithPrefix(c.prefix))
@@ -327,6 +333,15 @@ func (c *cli) urlError(err error) error {
 // Redacted when the URL parses (an "@" in the query is no user info),
 // else everything before the last "@" but the user name.
 func redactURL(u string) string {
+	return queryPassword.ReplaceAllString(redactUser(u), "${1}xxxxx")
+}
+
+// queryPassword is a password given as a URL's query parameter (go-redis's
+// failover URL, -sentinel: password=, sentinel_password=).
+var queryPassword = regexp.MustCompile(`([?&](?:sentinel_)?password=)[^&#]*`)
+
+// redactUser hides the password of a URL's user information.
+func redactUser(u string) string {
 	if p, err := url.Parse(u); err == nil {
 		return p.Redacted()
 	}
