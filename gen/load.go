@@ -58,6 +58,12 @@ import (
 // The imported packages are returned too (by path, with their files), so
 // that calls into their wrappers can be recognised (see depWrapperNames).
 func load(dir string, fset *token.FileSet, patterns []string) ([]*packages.Package, map[string]*packages.Package, error) {
+	if slices.Contains(goflagsTags(), BuildTag) {
+		// go build with it leaves the generated files out (they are
+		// //go:build !leasegen), so the calls to wrappers that leasegen
+		// forgives would not compile (TestAdversary76_GOFLAGSWithLeasegenTag).
+		return nil, nil, fmt.Errorf("GOFLAGS sets the build tag %q, leasegen's own: a build with it leaves the generated files out; take it out of GOFLAGS (go env GOFLAGS)", BuildTag)
+	}
 	var (
 		guess  map[string]bool // imports read from the files, or nil
 		parsed sync.Map        // file name -> *parsedFile, parsed ahead
@@ -355,24 +361,54 @@ func tagFlags() []string {
 	return []string{"-tags=" + strings.Join(append(userTags(), BuildTag), ",")}
 }
 
-// userTags returns the build tags that GOFLAGS sets (its last -tags, as
+// userTags returns the build tags that GOFLAGS sets, leasegen's own left
+// out (load refuses it).
+func userTags() []string {
+	return slices.DeleteFunc(goflagsTags(), func(t string) bool { return t == BuildTag })
+}
+
+// goflagsTags returns the build tags that GOFLAGS sets (its last -tags, as
 // the go command reads it), from the environment or, when that is unset
 // or empty, from the go command's environment file (go env -w).
-func userTags() []string {
+func goflagsTags() []string {
 	var tags []string
-	for _, f := range strings.Fields(goEnv("GOFLAGS")) {
+	for _, f := range splitQuoted(goEnv("GOFLAGS")) {
 		name, value, ok := strings.Cut(strings.TrimPrefix(strings.TrimPrefix(f, "-"), "-"), "=")
 		if !ok || name != "tags" {
 			continue
 		}
-		tags = tags[:0]
-		for _, t := range strings.FieldsFunc(value, func(r rune) bool { return r == ',' || r == ' ' }) {
-			if t != BuildTag {
-				tags = append(tags, t)
-			}
-		}
+		tags = strings.FieldsFunc(value, func(r rune) bool { return r == ',' || r == ' ' })
 	}
 	return tags
+}
+
+// splitQuoted splits s into fields as the go command splits GOFLAGS:
+// separated by spaces, a field may be quoted with ' or " (the quotes
+// removed; no escapes), so that "-tags=a b" is one
+// (TestAdversary76_GOFLAGSTagForms).
+func splitQuoted(s string) []string {
+	var out []string
+	for {
+		s = strings.TrimLeft(s, " \t\n\r")
+		if s == "" {
+			return out
+		}
+		if q := s[0]; q == '\'' || q == '"' {
+			end := strings.IndexByte(s[1:], q)
+			if end < 0 { // unterminated: the go command refuses it
+				return append(out, s[1:])
+			}
+			out = append(out, s[1:1+end])
+			s = s[2+end:]
+			continue
+		}
+		end := strings.IndexAny(s, " \t\n\r")
+		if end < 0 {
+			return append(out, s)
+		}
+		out = append(out, s[:end])
+		s = s[end:]
+	}
 }
 
 // goEnv returns the go command's setting of key: the environment's when
