@@ -162,7 +162,6 @@ func TestAdversary75c_ClusterWatchAcrossSlotMigration(t *testing.T) {
 // holds the identity.
 func TestAdversary75c_ClusterForceReleaseAfterKill(t *testing.T) {
 	t.Parallel()
-	const ttl = 9 * time.Second
 	cl := leasetest.StartClusterReplicas(t, 3, 1)
 	ctx := context.Background()
 	victim, err := cl.MasterForKey(ctx, lockKey("adv75c:k:0"))
@@ -170,31 +169,11 @@ func TestAdversary75c_ClusterForceReleaseAfterKill(t *testing.T) {
 		t.Fatal(err)
 	}
 	ks := adv67KeysOn(t, cl, victim, "adv75c:k:", 4)
-	plain, kept, lead, hold := ks[0], ks[1], ks[2], ks[3]
-	a, recA := newClient(t, cl.Client(t), lease.WithRecheck(200*time.Millisecond))
-	op, _ := newClient(t, cl.Client(t))
-	b, _ := newClient(t, cl.Client(t))
-
-	hp := holdUntil(t, a, plain, lease.Spec{TTL: ttl, Deadline: time.Minute, Fence: true})
-	keepSpec := lease.Spec{TTL: ttl, Deadline: 20 * time.Second, Keep: time.Minute, Fence: true}
-	var keptTok lease.Token
-	if err := a.Do(ctx, kept, keepSpec, func(ctx context.Context) error { keptTok, _ = lease.TokenFrom(ctx); return nil }); err != nil {
-		t.Fatal(err)
-	}
-	ld := adv75cLead(t, a, lead, lease.LeadSpec{TTL: ttl, Owner: "adv75c-a", Backoff: 100 * time.Millisecond})
-	var termTok lease.Token
-	select {
-	case termTok = <-ld.entered:
-	case <-time.After(5 * time.Second):
-		t.Fatal("no term")
-	}
-	if err := a.Do(ctx, hold, lease.Spec{TTL: ttl, Deadline: time.Minute, HoldMin: time.Minute}, func(context.Context) error { return nil }); err != nil {
-		t.Fatal(err)
-	}
-	before := map[string]lease.Info{}
-	for _, k := range ks {
-		before[k] = inspect(t, op, k)
-	}
+	f := &adv75cFour{ttl: 9 * time.Second}
+	f.a, f.recA = newClient(t, cl.Client(t), lease.WithRecheck(200*time.Millisecond))
+	f.op, _ = newClient(t, cl.Client(t))
+	f.b, _ = newClient(t, cl.Client(t))
+	adv75cHoldFour(t, f, [4]string{ks[0], ks[1], ks[2], ks[3]}, 20*time.Second)
 	reps, err := cl.ReplicasOf(ctx, victim)
 	if err != nil {
 		t.Fatal(err)
@@ -205,97 +184,11 @@ func TestAdversary75c_ClusterForceReleaseAfterKill(t *testing.T) {
 	}
 	scancel()
 	kctx, kcancel := context.WithTimeout(ctx, 15*time.Second)
-	to, err := cl.KillMaster(kctx, lockKey(plain))
+	to, err := cl.KillMaster(kctx, lockKey(f.plain))
 	kcancel()
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Logf("killed %s; %s took over in %v", to.Killed.Addr(), to.Promoted.Addr(), to.Took)
-	for _, k := range ks {
-		var info lease.Info
-		err := adv75cRetry(6*time.Second, time.Second, func(ctx context.Context) (err error) {
-			info, err = op.Inspect(ctx, k)
-			return err
-		})
-		if err != nil {
-			t.Fatalf("Inspect(%s) after the failover: %v", k, err)
-		}
-		if info.Holder != before[k].Holder || info.Token != before[k].Token || info.Hold != before[k].Hold {
-			t.Errorf("Inspect(%s) after the failover: holder %q token %d hold %v; before: %q %d %v", k, info.Holder, info.Token, info.Hold, before[k].Holder, before[k].Token, before[k].Hold)
-		}
-	}
-	want := map[string]lease.ForceResult{plain: lease.ForceReleased, kept: lease.ForceReleased, lead: lease.ForceReleased, hold: lease.ForceHoldEnded}
-	forcedAt := map[string]time.Time{}
-	pc := to.Promoted.Client(t)
-	for _, k := range ks {
-		var res lease.ForceResult
-		err := adv75cRetry(6*time.Second, time.Second, func(ctx context.Context) (err error) {
-			res, err = op.ForceRelease(ctx, k, before[k].Holder)
-			return err
-		})
-		forcedAt[k] = time.Now()
-		if err != nil {
-			t.Errorf("ForceRelease(%s) after the failover: %v", k, err)
-			continue
-		}
-		if res != want[k] {
-			t.Errorf("ForceRelease(%s) after the failover: %v, want %v", k, res, want[k])
-		}
-		if v, _ := pc.Get(ctx, lockKey(k)).Result(); v != "" && strings.Contains(v, before[k].Holder) {
-			t.Errorf("ForceRelease(%s) answered %v, but the promoted master still holds %q", k, res, v)
-		}
-	}
-	bound := ttl/3 + 1500*time.Millisecond
-	told := func(what string, err error, from time.Time) {
-		t.Helper()
-		t.Logf("%s told %v after the forced release: %v", what, time.Since(from).Round(time.Millisecond), err)
-		if !errors.Is(err, lease.ErrLost) || !strings.Contains(err.Error(), "released from outside") {
-			t.Errorf("%s: %v, want ErrLost, released from outside", what, err)
-		}
-	}
-	select {
-	case c := <-hp.cause:
-		told("plain holder", c, forcedAt[plain])
-		if err := <-hp.done; !errors.Is(err, lease.ErrLost) {
-			t.Errorf("plain holder's Do: %v, want ErrLost", err)
-		}
-	case <-time.After(time.Until(forcedAt[plain].Add(bound))):
-		t.Errorf("plain holder not told within %v of the forced release", bound)
-	}
-	select {
-	case c := <-ld.ended:
-		told("leader term", c, forcedAt[lead])
-	case <-time.After(time.Until(forcedAt[lead].Add(bound))):
-		t.Errorf("leader not told within %v of the forced release", bound)
-	}
-	select {
-	case tok := <-ld.entered:
-		if tok <= termTok {
-			t.Errorf("the next term's token %d, not above the forced-out term's %d", tok, termTok)
-		}
-	case <-time.After(5 * time.Second):
-		t.Errorf("no new term within 5s of the forced end")
-	}
-	if !waitFor(time.Until(forcedAt[kept].Add(bound)), func() bool {
-		for _, e := range recA.Events() {
-			if e.Kind == lease.EventLost && e.Key == kept && e.At.After(forcedAt[kept].Add(-time.Second)) {
-				return true
-			}
-		}
-		return false
-	}) {
-		t.Errorf("no EventLost for the kept lease within %v of its forced release", bound)
-	}
-	var nextTok lease.Token
-	err = a.Do(ctx, kept, keepSpec, func(ctx context.Context) error { nextTok, _ = lease.TokenFrom(ctx); return nil })
-	switch {
-	case errors.Is(err, lease.ErrLost):
-	case err != nil:
-		t.Errorf("the kept key's next call: %v", err)
-	case nextTok == keptTok:
-		t.Errorf("the kept key's next call, after the forced release was reported, ran on the released grant (token %d)", keptTok)
-	}
-	if err := b.Do(ctx, hold, lease.Spec{TTL: time.Second, Deadline: 2 * time.Second}, func(context.Context) error { return nil }); err != nil {
-		t.Errorf("a call on the key whose hold was ended: %v", err)
-	}
+	f.forceAfterFailover(t, to.Promoted.Client(t), 6*time.Second, time.Second)
 }

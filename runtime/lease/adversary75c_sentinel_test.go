@@ -5,7 +5,6 @@ package lease_test
 
 import (
 	"context"
-	"errors"
 	"strings"
 	"sync"
 	"testing"
@@ -14,6 +13,30 @@ import (
 	"github.com/leasegen/leasegen/runtime/lease"
 	"github.com/leasegen/leasegen/runtime/leasetest"
 )
+
+// adv75cFailover runs SENTINEL FAILOVER once the primary's replicas have
+// its writes, and returns the new primary.
+func adv75cFailover(t *testing.T, sn *leasetest.Sentinel) *leasetest.Server {
+	t.Helper()
+	ctx := context.Background()
+	old, err := sn.Primary(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sctx, scancel := context.WithTimeout(ctx, 5*time.Second)
+	defer scancel()
+	if err := old.WaitSync(sctx, sn.Data[1:]...); err != nil {
+		t.Fatal(err)
+	}
+	fctx, fcancel := context.WithTimeout(ctx, 12*time.Second)
+	defer fcancel()
+	np, err := sn.Failover(fctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("failed over from %s to %s", old.Addr(), np.Addr())
+	return np
+}
 
 // adv75cRetry calls f (each with a budget of per) until it returns nil or
 // within has passed; it returns f's last error.
@@ -82,155 +105,19 @@ func adv75cLead(t *testing.T, c *lease.Client, key string, spec lease.LeadSpec) 
 // told released while the key still holds the identity on the primary.
 func TestAdversary75c_SentinelForceReleaseAfterFailover(t *testing.T) {
 	t.Parallel()
-	const ttl = 4500 * time.Millisecond
 	sn := leasetest.StartSentinel(t)
-	ctx := context.Background()
-	a, recA := newClient(t, sn.FailoverClient(t, adv56ShortDial), lease.WithRecheck(200*time.Millisecond))
-	op, _ := newClient(t, sn.FailoverClient(t, adv56ShortDial))
-	b, _ := newClient(t, sn.FailoverClient(t, adv56ShortDial))
-
-	const plain, kept, lead, hold = "adv75c:s:plain", "adv75c:s:kept", "adv75c:s:lead", "adv75c:s:hold"
-	hp := holdUntil(t, a, plain, lease.Spec{TTL: ttl, Deadline: time.Minute, Fence: true})
-	keepSpec := lease.Spec{TTL: ttl, Deadline: 10 * time.Second, Keep: time.Minute, Fence: true}
-	var keptTok lease.Token
-	if err := a.Do(ctx, kept, keepSpec, func(ctx context.Context) error { keptTok, _ = lease.TokenFrom(ctx); return nil }); err != nil {
-		t.Fatal(err)
-	}
-	ld := adv75cLead(t, a, lead, lease.LeadSpec{TTL: ttl, Owner: "adv75c-a", Backoff: 100 * time.Millisecond})
-	var termTok lease.Token
+	f := &adv75cFour{ttl: 4500 * time.Millisecond}
+	f.a, f.recA = newClient(t, sn.FailoverClient(t, adv56ShortDial), lease.WithRecheck(200*time.Millisecond))
+	f.op, _ = newClient(t, sn.FailoverClient(t, adv56ShortDial))
+	f.b, _ = newClient(t, sn.FailoverClient(t, adv56ShortDial))
+	adv75cHoldFour(t, f, [4]string{"adv75c:s:plain", "adv75c:s:kept", "adv75c:s:lead", "adv75c:s:hold"}, 10*time.Second)
+	np := adv75cFailover(t, sn)
 	select {
-	case termTok = <-ld.entered:
-	case <-time.After(5 * time.Second):
-		t.Fatal("no term")
-	}
-	if err := a.Do(ctx, hold, lease.Spec{TTL: ttl, Deadline: time.Minute, HoldMin: time.Minute}, func(context.Context) error { return nil }); err != nil {
-		t.Fatal(err)
-	}
-	before := map[string]lease.Info{}
-	for _, k := range []string{plain, kept, lead, hold} {
-		before[k] = inspect(t, op, k)
-		if before[k].Free() {
-			t.Fatalf("%s free before the failover", k)
-		}
-	}
-	old, err := sn.Primary(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sctx, scancel := context.WithTimeout(ctx, 5*time.Second)
-	if err := old.WaitSync(sctx, sn.Data[1:]...); err != nil {
-		t.Fatal(err)
-	}
-	scancel()
-	fctx, fcancel := context.WithTimeout(ctx, 12*time.Second)
-	np, err := sn.Failover(fctx)
-	fcancel()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("failed over from %s to %s", old.Addr(), np.Addr())
-	select {
-	case c := <-hp.cause:
+	case c := <-f.hp.cause:
 		t.Fatalf("the plain holder lost its lease in the failover itself (not this round's subject): %v", c)
 	default:
 	}
-
-	// Inspect after the failover: the same holders.
-	for _, k := range []string{plain, kept, lead, hold} {
-		var info lease.Info
-		err := adv75cRetry(3*time.Second, 500*time.Millisecond, func(ctx context.Context) (err error) {
-			info, err = op.Inspect(ctx, k)
-			return err
-		})
-		if err != nil {
-			t.Fatalf("Inspect(%s) after the failover: %v", k, err)
-		}
-		if info.Holder != before[k].Holder || info.Token != before[k].Token || info.Hold != before[k].Hold {
-			t.Errorf("Inspect(%s) after the failover: holder %q token %d hold %v; before it: %q %d %v", k, info.Holder, info.Token, info.Hold, before[k].Holder, before[k].Token, before[k].Hold)
-		}
-	}
-
-	want := map[string]lease.ForceResult{plain: lease.ForceReleased, kept: lease.ForceReleased, lead: lease.ForceReleased, hold: lease.ForceHoldEnded}
-	forcedAt := map[string]time.Time{}
-	npc := np.Client(t)
-	for _, k := range []string{plain, kept, lead, hold} {
-		var res lease.ForceResult
-		err := adv75cRetry(3*time.Second, 500*time.Millisecond, func(ctx context.Context) (err error) {
-			res, err = op.ForceRelease(ctx, k, before[k].Holder)
-			return err
-		})
-		forcedAt[k] = time.Now()
-		if err != nil {
-			t.Errorf("ForceRelease(%s) after the failover: %v", k, err)
-			continue
-		}
-		if res != want[k] {
-			t.Errorf("ForceRelease(%s) after the failover: %v, want %v", k, res, want[k])
-		}
-		// Told released: the primary's key must not hold that identity.
-		if v, _ := npc.Get(ctx, lockKey(k)).Result(); v != "" && strings.Contains(v, before[k].Holder) {
-			t.Errorf("ForceRelease(%s) answered %v, but the new primary %s still holds %q", k, res, np.Addr(), v)
-		}
-	}
-	bound := ttl/3 + 1500*time.Millisecond
-	lostFromOutside := func(what string, err error, at time.Time, from time.Time) {
-		t.Helper()
-		if !errors.Is(err, lease.ErrLost) || !strings.Contains(err.Error(), "released from outside") {
-			t.Errorf("%s: %v, want ErrLost, released from outside", what, err)
-		}
-		if d := at.Sub(from); d > bound {
-			t.Errorf("%s: told %v after the forced release, want within TTL/3 + slack (%v)", what, d.Round(time.Millisecond), bound)
-		}
-	}
-	// The running call.
-	select {
-	case c := <-hp.cause:
-		lostFromOutside("plain holder's fn cause", c, time.Now(), forcedAt[plain])
-		if err := <-hp.done; !errors.Is(err, lease.ErrLost) {
-			t.Errorf("plain holder's Do: %v, want ErrLost", err)
-		}
-	case <-time.After(bound):
-		t.Errorf("plain holder not told within %v of the forced release", bound)
-	}
-	// The leader's term.
-	select {
-	case c := <-ld.ended:
-		lostFromOutside("leader term's cause", c, time.Now(), forcedAt[lead])
-	case <-time.After(bound):
-		t.Errorf("leader not told within %v of the forced release", bound)
-	}
-	select {
-	case tok := <-ld.entered:
-		if tok <= termTok {
-			t.Errorf("the next term's token %d, not above the forced-out term's %d", tok, termTok)
-		}
-	case <-time.After(5 * time.Second):
-		t.Errorf("the candidate began no new term within 5s of its term's forced end")
-	}
-	// The kept lease: a loss event, and the next call acquires afresh.
-	if !waitFor(bound, func() bool {
-		for _, e := range recA.Events() {
-			if e.Kind == lease.EventLost && e.Key == kept && e.At.After(forcedAt[kept].Add(-time.Second)) {
-				return true
-			}
-		}
-		return false
-	}) {
-		t.Errorf("no EventLost for the kept lease within %v of its forced release", bound)
-	}
-	var nextTok lease.Token
-	err = a.Do(ctx, kept, keepSpec, func(ctx context.Context) error { nextTok, _ = lease.TokenFrom(ctx); return nil })
-	switch {
-	case errors.Is(err, lease.ErrLost):
-	case err != nil:
-		t.Errorf("the kept key's next call: %v", err)
-	case nextTok == keptTok:
-		t.Errorf("the kept key's next call, after the forced release was reported, ran on the released grant (token %d)", keptTok)
-	}
-	// The hold: the key is free for another caller.
-	if err := b.Do(ctx, hold, lease.Spec{TTL: time.Second, Deadline: 2 * time.Second}, func(context.Context) error { return nil }); err != nil {
-		t.Errorf("a call on the key whose hold was ended: %v", err)
-	}
+	f.forceAfterFailover(t, np.Client(t), 3*time.Second, 500*time.Millisecond)
 }
 
 // adv75cChanges collects a Watch's changes.
@@ -249,6 +136,25 @@ func (w *adv75cChanges) all() []lease.Change {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return append([]lease.Change(nil), w.chs...)
+}
+
+// find returns the first change of key of kind k.
+func (w *adv75cChanges) find(key string, k lease.ChangeKind) (lease.Change, bool) {
+	for _, ch := range w.all() {
+		if ch.Info.Key == key && ch.Kind == k {
+			return ch, true
+		}
+	}
+	return lease.Change{}, false
+}
+
+// keys returns the keys of the changes seen.
+func (w *adv75cChanges) keys() map[string]bool {
+	m := map[string]bool{}
+	for _, ch := range w.all() {
+		m[ch.Info.Key] = true
+	}
+	return m
 }
 
 // of returns the changes of key, as "kind(how)@holder-prefix" strings.
@@ -303,22 +209,7 @@ func TestAdversary75c_SentinelWatchAcrossFailover(t *testing.T) {
 	if !waitFor(5*time.Second, func() bool { return len(w.all()) >= len(keys)+1 }) {
 		t.Fatalf("the watch's first listing: %v", w.all())
 	}
-	old, err := sn.Primary(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sctx, scancel := context.WithTimeout(ctx, 5*time.Second)
-	if err := old.WaitSync(sctx, sn.Data[1:]...); err != nil {
-		t.Fatal(err)
-	}
-	scancel()
-	fctx, fcancel := context.WithTimeout(ctx, 12*time.Second)
-	np, err := sn.Failover(fctx)
-	fcancel()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("failed over from %s to %s", old.Addr(), np.Addr())
+	adv75cFailover(t, sn)
 	// Let the watch look a few times on the new primary.
 	time.Sleep(1500 * time.Millisecond)
 	var werr error
