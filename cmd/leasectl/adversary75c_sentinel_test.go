@@ -20,6 +20,24 @@ import (
 	"github.com/leasegen/leasegen/runtime/leasetest"
 )
 
+// a75cFailover runs SENTINEL FAILOVER from the first primary once its
+// replicas have its writes, and returns it and the new primary.
+func a75cFailover(t *testing.T, sn *leasetest.Sentinel) (old, np *leasetest.Server) {
+	t.Helper()
+	old = sn.Data[0]
+	if err := old.WaitSync(context.Background(), sn.Data[1:]...); err != nil {
+		t.Fatal(err)
+	}
+	fctx, fcancel := context.WithTimeout(context.Background(), 12*time.Second)
+	defer fcancel()
+	np, err := sn.Failover(fctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("failed over from %s to %s", old.Addr(), np.Addr())
+	return old, np
+}
+
 // A holder (a service on the failover client) holds two leases; SENTINEL
 // FAILOVER moves the primary, and the old one, alive, stays a writable
 // primary for about 9s (README, Deployments). An operator runs leasectl
@@ -42,17 +60,7 @@ func TestAdversary75c_LeasectlReleaseOnSentinelNodes(t *testing.T) {
 	const key, other = "adv75c:sentinel", "adv75c:sentinel-node"
 	h := a17Hold(t, c, key, lease.Spec{TTL: ttl, Deadline: time.Minute})
 	a17Hold(t, c, other, lease.Spec{TTL: ttl, Deadline: time.Minute})
-	old := sn.Data[0]
-	if err := old.WaitSync(ctx, sn.Data[1:]...); err != nil {
-		t.Fatal(err)
-	}
-	fctx, fcancel := context.WithTimeout(ctx, 12*time.Second)
-	np, err := sn.Failover(fctx)
-	fcancel()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("failed over from %s to %s", old.Addr(), np.Addr())
+	old, np := a75cFailover(t, sn)
 	// The holder renews on the new primary for a moment.
 	time.Sleep(ttl / 3)
 	select {

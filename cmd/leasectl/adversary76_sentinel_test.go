@@ -63,17 +63,7 @@ func TestAdversary76_LeasectlSentinelCommands(t *testing.T) {
 		t.Errorf("check -sentinel (default user): exit %d %q %q", code, out, errOut)
 	}
 
-	old := sn.Data[0]
-	if err := old.WaitSync(ctx, sn.Data[1:]...); err != nil {
-		t.Fatal(err)
-	}
-	fctx, fcancel := context.WithTimeout(ctx, 12*time.Second)
-	np, err := sn.Failover(fctx)
-	fcancel()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("failed over from %s to %s", old.Addr(), np.Addr())
+	_, np := a75cFailover(t, sn)
 	time.Sleep(ttl / 3)
 	check("after the failover")
 	code, out, errOut := run("release", "-yes", "adv76:a")

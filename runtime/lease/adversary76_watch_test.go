@@ -17,36 +17,19 @@ import (
 	"github.com/leasegen/leasegen/runtime/leasetest"
 )
 
-type adv76Changes struct {
-	mu sync.Mutex
-	cs []lease.Change
-}
-
-func (a *adv76Changes) add(c lease.Change) {
-	a.mu.Lock()
-	a.cs = append(a.cs, c)
-	a.mu.Unlock()
-}
-
-func (a *adv76Changes) find(key string, k lease.ChangeKind) (lease.Change, bool) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	for _, c := range a.cs {
-		if c.Info.Key == key && c.Kind == k {
-			return c, true
-		}
+// adv76Proxied starts a server and a proxy to it, and returns them and a
+// Client (not closed at cleanup: the tests close it) on the proxy.
+func adv76Proxied(t *testing.T) (*leasetest.Server, *leasetest.Proxy, *lease.Client) {
+	t.Helper()
+	srv := leasetest.StartRedis(t)
+	p := leasetest.StartProxy(t, srv.Addr())
+	rdb := redis.NewClient(&redis.Options{Addr: p.Addr(), ContextTimeoutEnabled: true})
+	t.Cleanup(func() { rdb.Close() })
+	c, err := lease.New(rdb)
+	if err != nil {
+		t.Fatal(err)
 	}
-	return lease.Change{}, false
-}
-
-func (a *adv76Changes) keys() map[string]bool {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	m := map[string]bool{}
-	for _, c := range a.cs {
-		m[c.Info.Key] = true
-	}
-	return m
+	return srv, p, c
 }
 
 // A server that answers every command, each within the bound, but slowly
@@ -68,14 +51,7 @@ func TestAdversary76_WatchSlowServer(t *testing.T) {
 	} {
 		t.Run(fmt.Sprintf("delay%v-every%v", tc.delay, tc.every), func(t *testing.T) {
 			t.Parallel()
-			srv := leasetest.StartRedis(t)
-			p := leasetest.StartProxy(t, srv.Addr())
-			rdb := redis.NewClient(&redis.Options{Addr: p.Addr(), ContextTimeoutEnabled: true})
-			t.Cleanup(func() { rdb.Close() })
-			c, err := lease.New(rdb)
-			if err != nil {
-				t.Fatal(err)
-			}
+			srv, p, c := adv76Proxied(t)
 			t.Cleanup(func() { c.Close() })
 			holder, _ := newClient(t, srv.Client(t))
 			rel := make(chan struct{})
@@ -98,9 +74,9 @@ func TestAdversary76_WatchSlowServer(t *testing.T) {
 			fresh.Close()
 			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 			defer cancel()
-			var ch adv76Changes
+			var ch adv75cChanges
 			start := time.Now()
-			err = c.Watch(ctx, "adv76-*", tc.every, ch.add)
+			err := c.Watch(ctx, "adv76-*", tc.every, ch.add)
 			t.Logf("Watch returned after %v: %v", time.Since(start).Round(time.Millisecond), err)
 			if err != nil {
 				t.Errorf("replies delayed %v (bound max(every %v, release timeout 250ms)): Watch failed: %v", tc.delay, tc.every, err)
@@ -134,7 +110,7 @@ func TestAdversary76_WatchNopermFallback(t *testing.T) {
 		rels[k] = make(chan struct{})
 		hold(t, holder, k, lease.Spec{TTL: 10 * time.Second, Deadline: 30 * time.Second}, rels[k])
 	}
-	var ch adv76Changes
+	var ch adv75cChanges
 	wdone := make(chan error, 1)
 	go func() { wdone <- c.Watch(ctx, "orders:*", 20*time.Second, ch.add) }()
 	for end := time.Now().Add(3 * time.Second); ; {
@@ -206,7 +182,7 @@ func TestAdversary76_WatchShortEveryUnderLoad(t *testing.T) {
 			}
 		}()
 	}
-	var ch adv76Changes
+	var ch adv75cChanges
 	for range 3 {
 		wctx, wcancel := context.WithTimeout(ctx, 800*time.Millisecond)
 		err := c.Watch(wctx, "adv76-load:*", 5*time.Millisecond, ch.add)
@@ -234,14 +210,7 @@ func TestAdversary76_WatchStopDuringSlowSubscribe(t *testing.T) {
 	for _, how := range []string{"cancel", "close"} {
 		t.Run(how, func(t *testing.T) {
 			t.Parallel()
-			srv := leasetest.StartRedis(t)
-			p := leasetest.StartProxy(t, srv.Addr())
-			rdb := redis.NewClient(&redis.Options{Addr: p.Addr(), ContextTimeoutEnabled: true})
-			t.Cleanup(func() { rdb.Close() })
-			c, err := lease.New(rdb)
-			if err != nil {
-				t.Fatal(err)
-			}
+			_, p, c := adv76Proxied(t)
 			if _, err := c.Inspect(context.Background(), "x"); err != nil {
 				t.Fatal(err)
 			}
