@@ -383,9 +383,9 @@ func TestAdversary75b_CommandRuns(t *testing.T) {
 	bin := adv75bBinary(t, t.TempDir())
 	mod := adv46Module(t)
 	pkg := func(name string) string {
-		return "package " + name + `
-
-//go:generate leasegen
+		// The directive is put together: a line of this file that begins
+		// with it would be run by go generate ./... on this repository.
+		return "package " + name + "\n\n//go:" + `generate leasegen
 
 import (
 	"context"
