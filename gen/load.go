@@ -369,7 +369,7 @@ func userTags() []string {
 
 // goflagsTags returns the build tags that GOFLAGS sets (its last -tags, as
 // the go command reads it), from the environment or, when that is unset
-// or empty, from the go command's environment file (go env -w).
+// or empty, from the go command's environment files (go env -w).
 func goflagsTags() []string {
 	var tags []string
 	for _, f := range splitQuoted(goEnv("GOFLAGS")) {
@@ -377,7 +377,13 @@ func goflagsTags() []string {
 		if !ok || name != "tags" {
 			continue
 		}
-		tags = strings.FieldsFunc(value, func(r rune) bool { return r == ',' || r == ' ' })
+		if strings.ContainsAny(value, " '") {
+			// The go command's form of Go 1.12 and before, -tags='a b'
+			// (TestAdversary77_GOFLAGSQuotedForms).
+			tags = splitQuoted(value)
+			continue
+		}
+		tags = strings.FieldsFunc(value, func(r rune) bool { return r == ',' })
 	}
 	return tags
 }
@@ -414,32 +420,49 @@ func splitQuoted(s string) []string {
 // goEnv returns the go command's setting of key: the environment's when
 // it is set and not empty, as the go command reads it, else the one go env
 // -w wrote to the environment file ($GOENV, or go/env under the user's
-// configuration directory; GOENV=off: none).
+// configuration directory; GOENV=off: none), else $GOROOT/go.env's.
 func goEnv(key string) string {
 	if v := os.Getenv(key); v != "" {
 		return v
 	}
 	file := os.Getenv("GOENV")
-	if file == "off" {
-		return ""
-	}
 	if file == "" {
-		dir, err := os.UserConfigDir()
-		if err != nil {
-			return ""
+		if dir, err := os.UserConfigDir(); err == nil {
+			file = filepath.Join(dir, "go", "env")
 		}
-		file = filepath.Join(dir, "go", "env")
 	}
-	data, err := os.ReadFile(file)
-	if err != nil {
-		return ""
-	}
-	for _, line := range strings.Split(string(data), "\n") {
-		if k, v, ok := strings.Cut(strings.TrimSpace(line), "="); ok && k == key {
+	if file != "off" && file != "" {
+		if v, ok := envFileValue(file, key); ok {
 			return v
 		}
 	}
-	return ""
+	root := os.Getenv("GOROOT")
+	if root == "" {
+		root = build.Default.GOROOT
+	}
+	v, _ := envFileValue(filepath.Join(root, "go.env"), key)
+	return v
+}
+
+// envFileValue reads key from a go command environment file as the go
+// command does: lines KEY=VALUE, a line that does not begin with a capital
+// letter ignored, the last line of a key winning.
+func envFileValue(file, key string) (string, bool) {
+	data, err := os.ReadFile(file)
+	if err != nil {
+		return "", false
+	}
+	var v string
+	found := false
+	for _, line := range strings.Split(string(data), "\n") {
+		if line == "" || line[0] < 'A' || line[0] > 'Z' {
+			continue
+		}
+		if k, val, ok := strings.Cut(line, "="); ok && k == key {
+			v, found = val, true
+		}
+	}
+	return v, found
 }
 
 func goarch() string {
