@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"strings"
 	"time"
 
@@ -110,7 +111,11 @@ func (c *Client) Watch(ctx context.Context, pattern string, every time.Duration,
 	// error, or at its ctx's end or Close, within that
 	// (TestAdversary75c_WatchStartedOnSilentServer).
 	sub := func(p string) (*redis.PubSub, error) {
-		sctx, cancel := context.WithTimeout(ctx, subscribeRoundTrips*w.readBound())
+		d := w.readBound()
+		if d < math.MaxInt64/subscribeRoundTrips { // an interval of centuries: unbounded
+			d *= subscribeRoundTrips
+		}
+		sctx, cancel := context.WithTimeout(ctx, d)
 		defer cancel()
 		return psubscribe(sctx, c.rdb, p)
 	}
