@@ -57,8 +57,10 @@ import (
 //
 // The imported packages are returned too (by path, with their files), so
 // that calls into their wrappers can be recognised (see depWrapperNames).
-func load(dir string, fset *token.FileSet, patterns []string) ([]*packages.Package, map[string]*packages.Package, error) {
-	if slices.Contains(goflagsTags(), BuildTag) {
+//
+// tags are the build tags GOFLAGS sets (goflagsTags), read once per run.
+func load(dir string, fset *token.FileSet, patterns []string, tags []string) ([]*packages.Package, map[string]*packages.Package, error) {
+	if slices.Contains(tags, BuildTag) {
 		// go build with it leaves the generated files out (they are
 		// //go:build !leasegen), so the calls to wrappers that leasegen
 		// forgives would not compile (TestAdversary76_GOFLAGSWithLeasegenTag).
@@ -72,7 +74,7 @@ func load(dir string, fset *token.FileSet, patterns []string) ([]*packages.Packa
 	if dirs, ok := patternDirs(dir, patterns); ok {
 		guess = map[string]bool{}
 		for _, d := range dirs {
-			for _, name := range buildFiles(d) {
+			for _, name := range buildFiles(d, tags) {
 				wg.Go(func() { parsed.Store(name, parseFile(fset, name)) })
 				if f, err := parser.ParseFile(token.NewFileSet(), name, nil, parser.ImportsOnly); err == nil {
 					for _, imp := range f.Imports {
@@ -90,12 +92,12 @@ func load(dir string, fset *token.FileSet, patterns []string) ([]*packages.Packa
 		depsWG  sync.WaitGroup
 	)
 	if len(guess) > 0 {
-		depsWG.Go(func() { deps, depsErr = loadExports(dir, slices.Collect(maps.Keys(guess))) })
+		depsWG.Go(func() { deps, depsErr = loadExports(dir, slices.Collect(maps.Keys(guess)), tags) })
 	}
 	roots, err := packages.Load(&packages.Config{
 		Mode:       packages.NeedName | packages.NeedFiles,
 		Dir:        dir,
-		BuildFlags: tagFlags(),
+		BuildFlags: tagFlags(tags),
 	}, patterns...)
 	depsWG.Wait()
 	wg.Wait()
@@ -159,7 +161,7 @@ func load(dir string, fset *token.FileSet, patterns []string) ([]*packages.Packa
 		}
 	}
 	if len(missed) > 0 {
-		more, err := loadExports(dir, missed)
+		more, err := loadExports(dir, missed, tags)
 		if err != nil {
 			return nil, nil, err
 		}
@@ -171,7 +173,7 @@ func load(dir string, fset *token.FileSet, patterns []string) ([]*packages.Packa
 
 	sizes := types.SizesFor("gc", goarch())
 	imported := map[string]*types.Package{} // shared, so types are identical across roots
-	if err := sourceDeps(dir, fset, sizes, deps, imported); err != nil {
+	if err := sourceDeps(dir, fset, sizes, deps, imported, tags); err != nil {
 		return nil, nil, err
 	}
 	for _, r := range roots {
@@ -245,7 +247,7 @@ func hasDirectives(files []*ast.File) bool {
 
 // loadExports lists the export data of packages (import paths), by path,
 // and their files.
-func loadExports(dir string, paths []string) (map[string]*packages.Package, error) {
+func loadExports(dir string, paths []string, tags []string) (map[string]*packages.Package, error) {
 	paths = slices.DeleteFunc(paths, func(p string) bool { return p == "unsafe" || p == "C" })
 	out := map[string]*packages.Package{}
 	if len(paths) == 0 {
@@ -255,7 +257,7 @@ func loadExports(dir string, paths []string) (map[string]*packages.Package, erro
 	pkgs, err := packages.Load(&packages.Config{
 		Mode:       packages.NeedName | packages.NeedExportFile | packages.NeedFiles,
 		Dir:        dir,
-		BuildFlags: tagFlags(),
+		BuildFlags: tagFlags(tags),
 	}, paths...)
 	if err != nil {
 		return nil, err
@@ -315,9 +317,9 @@ func patternDirs(dir string, patterns []string) ([]string, bool) {
 }
 
 // buildFiles returns the non-test Go files of dir that the build (with
-// -tags=leasegen) would use, as far as go/build can tell.
-func buildFiles(dir string) []string {
-	ctx := buildContext(true)
+// GOFLAGS' tags and leasegen) would use, as far as go/build can tell.
+func buildFiles(dir string, tags []string) []string {
+	ctx := buildContext(tags, true)
 	ents, err := os.ReadDir(dir)
 	if err != nil {
 		return nil
@@ -336,35 +338,27 @@ func buildFiles(dir string) []string {
 }
 
 // buildContext returns the go/build context of the current GOOS and
-// GOARCH and the tags GOFLAGS sets, with -tags leasegen when withTag
-// (leasegen's own load) and without (the build of go build and go test).
-func buildContext(withTag bool) build.Context {
+// GOARCH and GOFLAGS' tags, with -tags leasegen when withTag (leasegen's
+// own load) and without (the build of go build and go test).
+func buildContext(tags []string, withTag bool) build.Context {
 	ctx := build.Default
-	ctx.BuildTags = append(slices.Clone(ctx.BuildTags), userTags()...)
+	ctx.BuildTags = append(slices.Clone(ctx.BuildTags), tags...)
 	if withTag {
 		ctx.BuildTags = append(ctx.BuildTags, BuildTag)
 	}
 	ctx.GOARCH = goarch()
-	if goos := os.Getenv("GOOS"); goos != "" {
-		ctx.GOOS = goos
-	}
+	ctx.GOOS = targetGOOS()
 	return ctx
 }
 
-// tagFlags are the build flags of leasegen's go list calls: the tags
-// GOFLAGS sets, and leasegen. A -tags on go list's command line replaces
-// GOFLAGS' -tags instead of adding to it, so GOFLAGS' are repeated in it:
-// with GOFLAGS=-tags=prod (a service's CI, or go env -w) the package is
-// read as go build, go vet and go test read it there
+// tagFlags are the build flags of leasegen's go list calls: GOFLAGS' tags
+// and leasegen. A -tags on go list's command line replaces GOFLAGS' -tags
+// instead of adding to it, so GOFLAGS' are repeated in it: with
+// GOFLAGS=-tags=prod (a service's CI, or go env -w) the package is read as
+// go build, go vet and go test read it there
 // (TestAdversary75b_GOFLAGSTagsHonoured).
-func tagFlags() []string {
-	return []string{"-tags=" + strings.Join(append(userTags(), BuildTag), ",")}
-}
-
-// userTags returns the build tags that GOFLAGS sets, leasegen's own left
-// out (load refuses it).
-func userTags() []string {
-	return slices.DeleteFunc(goflagsTags(), func(t string) bool { return t == BuildTag })
+func tagFlags(tags []string) []string {
+	return []string{"-tags=" + strings.Join(append(slices.Clip(tags), BuildTag), ",")}
 }
 
 // goflagsTags returns the build tags that GOFLAGS sets (its last -tags, as
@@ -465,6 +459,14 @@ func envFileValue(file, key string) (string, bool) {
 	return v, found
 }
 
+// targetGOOS is the GOOS of the build: $GOOS, else go/build's default.
+func targetGOOS() string {
+	if o := os.Getenv("GOOS"); o != "" {
+		return o
+	}
+	return build.Default.GOOS
+}
+
 func goarch() string {
 	if a := os.Getenv("GOARCH"); a != "" {
 		return a
@@ -481,7 +483,7 @@ func goarch() string {
 // with any other error keeps go list's error, reported at the import. The
 // packages read here are put in imported. Their own imports missing from
 // deps are listed in one more go list (per level of such packages).
-func sourceDeps(dir string, fset *token.FileSet, sizes types.Sizes, deps map[string]*packages.Package, imported map[string]*types.Package) error {
+func sourceDeps(dir string, fset *token.FileSet, sizes types.Sizes, deps map[string]*packages.Package, imported map[string]*types.Package, tags []string) error {
 	files := map[string][]*ast.File{} // failed imports, parsed (empty: unparsable)
 	for {
 		var missing []string
@@ -512,7 +514,7 @@ func sourceDeps(dir string, fset *token.FileSet, sizes types.Sizes, deps map[str
 		if len(missing) == 0 {
 			break
 		}
-		more, err := loadExports(dir, missing)
+		more, err := loadExports(dir, missing, tags)
 		if err != nil {
 			return err
 		}

@@ -293,8 +293,8 @@ func (g *pkgGen) testClash(name string, recv *types.Named) string {
 				// for a file of another platform (named _GOOS), or a
 				// package only unseen files import, its source is read.
 				goos := fileGOOS(g.fset.PositionFor(f.Pos(), false).Filename)
-				if known != nil && (goos == "" || goos == buildContext(false).GOOS) && known.Scope().Lookup(name) != nil ||
-					(known == nil || goos != "" && goos != buildContext(false).GOOS) && g.exportedNames(path, goos)[name] {
+				if known != nil && (goos == "" || goos == targetGOOS()) && known.Scope().Lookup(name) != nil ||
+					(known == nil || goos != "" && goos != targetGOOS()) && g.exportedNames(path, goos)[name] {
 					return fmt.Sprintf("wrapper name %s is a name %s dot-imports from package %s (%s)", name, file, path, g.errs.where(spec.Pos())) + tail
 				}
 				continue
