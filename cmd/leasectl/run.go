@@ -234,20 +234,49 @@ func (c *cli) connect() (*lease.Client, func(), error) {
 	// check runs with a service's user, which has no +ping (the
 	// service recipe): its NOPERM says the server is there.
 	if err := ping(ctx, rdb); err != nil && !(c.servicesUser && strings.HasPrefix(err.Error(), "NOPERM")) {
-		rdb.Close()
+		closeSoon(rdb)
 		if c.sentinel != "" && strings.Contains(err.Error(), "all sentinels") {
 			// go-redis says so also when the Sentinels answered that they
 			// know no master by that name.
 			return nil, nil, fmt.Errorf("cannot reach Redis at %s: %w (is %q a master the Sentinels monitor? SENTINEL MASTERS lists them)", redactURL(c.url), err, c.sentinel)
 		}
+		if c.sentinel != "" && errors.Is(err, context.DeadlineExceeded) {
+			// go-redis retries a Sentinel that refuses or does not answer
+			// until the deadline, and then says only that (as for a
+			// primary that does not answer).
+			return nil, nil, fmt.Errorf("cannot reach Redis at %s: no answer within -timeout %v from the Sentinels there or the primary of %q (%w)", redactURL(c.url), c.timeout, c.sentinel, err)
+		}
 		return nil, nil, fmt.Errorf("cannot reach Redis at %s: %w", redactURL(c.url), err)
 	}
 	lc, err := lease.New(rdb, lease.WithPrefix(c.prefix))
 	if err != nil {
-		rdb.Close()
+		closeSoon(rdb)
 		return nil, nil, err
 	}
-	return lc, func() { lc.Close(); rdb.Close() }, nil
+	return lc, func() { lc.Close(); closeSoon(rdb) }, nil
+}
+
+// closeWait is how long closeSoon waits for the client to close.
+const closeWait = 100 * time.Millisecond
+
+// closeSoon closes rdb, waiting for it at most closeWait: a command ends
+// within its -timeout, and the process exits right after. go-redis's
+// failover client waits in Close for the dials of its Sentinel lookups,
+// which ignore the request's deadline: with the Sentinels down, -timeout
+// 2s took 3.6 s (a refused port) and 5 s (a Sentinel that accepts and
+// never answers) before this (TestConnectBoundedWithSentinelsDown).
+func closeSoon(rdb redis.UniversalClient) {
+	done := make(chan struct{})
+	go func() {
+		rdb.Close()
+		close(done)
+	}()
+	t := time.NewTimer(closeWait)
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C:
+	}
 }
 
 // ping checks that Redis answers. A Cluster answers when one of its seed
