@@ -6,40 +6,50 @@ import (
 	"time"
 )
 
+// silentAddr is a loopback address that accepts connections and never
+// answers (a hung server), until the test ends.
+func silentAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	conns := make(chan net.Conn, 1024)
+	t.Cleanup(func() {
+		ln.Close()
+		for {
+			select {
+			case c := <-conns:
+				c.Close()
+			default:
+				return
+			}
+		}
+	})
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			select {
+			case conns <- c:
+			default:
+				c.Close()
+			}
+		}
+	}()
+	return ln.Addr().String()
+}
+
 // With the Sentinels down, a command gives up within its -timeout (and a
 // little for the exit), whether the Sentinel's port refuses connections
 // or accepts them and never answers. go-redis's failover client waited in
 // Close for its Sentinel lookups: 3.6 s and 5 s with -timeout 2s.
 func TestConnectBoundedWithSentinelsDown(t *testing.T) {
 	t.Parallel()
-	refused, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	refusedAddr := refused.Addr().String()
-	refused.Close()
-	silent, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer silent.Close()
-	go func() { // accepts, reads nothing, answers nothing
-		var held []net.Conn
-		defer func() {
-			for _, c := range held {
-				c.Close()
-			}
-		}()
-		for {
-			c, err := silent.Accept()
-			if err != nil {
-				return
-			}
-			held = append(held, c)
-		}
-	}()
 	const timeout = time.Second
-	for name, addr := range map[string]string{"refused": refusedAddr, "silent": silent.Addr().String()} {
+	for name, addr := range map[string]string{"refused": adv77Dead(t), "silent": silentAddr(t)} {
 		t.Run(name, func(t *testing.T) {
 			start := time.Now()
 			code, out, errOut := leasectl(t, "", "list", "-timeout", timeout.String(), "-sentinel", "mymaster", "-url", "redis://"+addr)
