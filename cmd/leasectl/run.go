@@ -194,6 +194,17 @@ func (c *cli) connect() (*lease.Client, func(), error) {
 		}
 		o.MasterName = c.sentinel
 		o.ContextTimeoutEnabled = true
+		if o.DialTimeout == 0 { // not set by the URL (dial_timeout=)
+			// go-redis asks every Sentinel at once but goes on only when
+			// each one has answered or failed, and a Sentinel that
+			// accepts connections and never answers held that for the
+			// dial timeout (5s by default) whatever the command's
+			// deadline: with one such Sentinel first and two healthy ones,
+			// every command failed at -timeout 5s
+			// (TestAdversary78_FirstSentinelDownOthersHealthy). A share of
+			// -timeout, as for a Cluster's slot map below.
+			o.DialTimeout = max(min(c.timeout/4, time.Second), 100*time.Millisecond)
+		}
 		tlsConf, newClient = &o.TLSConfig, func() redis.UniversalClient { return redis.NewFailoverClient(o) }
 	case c.cluster:
 		o, err := redis.ParseClusterURL(c.url)
