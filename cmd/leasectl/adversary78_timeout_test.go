@@ -39,6 +39,35 @@ func adv78Deployment(t *testing.T) (*leasetest.Sentinel, *lease.Client) {
 
 func adv78Leaks(s string) bool { return strings.Contains(s, "hunter2") }
 
+// adv78URL is the failover URL of Sentinels first, rest..., with the data
+// nodes' password in the query.
+func adv78URL(first string, rest ...string) string {
+	return "redis://" + first + "?addr=" + strings.Join(rest, "&addr=") + "&password=hunter2-q"
+}
+
+// adv78Failing runs leasectl command args[0] with -timeout, -sentinel
+// master and -url url put before the rest of args, and checks what every
+// failure through the Sentinels must do: exit 1, within -timeout + 0.5 s,
+// no password printed. It returns stderr.
+func adv78Failing(t *testing.T, stdin string, timeout time.Duration, master, url string, args ...string) string {
+	t.Helper()
+	full := append(args[:1:1], append([]string{"-timeout", timeout.String(), "-sentinel", master, "-url", url}, args[1:]...)...)
+	start := time.Now()
+	code, out, errOut := leasectl(t, stdin, full...)
+	took := time.Since(start)
+	t.Logf("exit %d after %v: stdout %q stderr %q", code, took.Round(time.Millisecond), out, errOut)
+	if code != exitFailure {
+		t.Errorf("exit %d, want 1", code)
+	}
+	if took > timeout+500*time.Millisecond {
+		t.Errorf("took %v with -timeout %v (want within -timeout + 0.5 s)", took, timeout)
+	}
+	if adv78Leaks(out + errOut) {
+		t.Errorf("a password is printed: %q %q", out, errOut)
+	}
+	return errOut
+}
+
 // 1. Every command, Sentinels refusing or silent: exit 1 within -timeout
 // + 0.5 s, a message naming the -timeout, no password.
 func TestAdversary78_EveryCommandSentinelsDown(t *testing.T) {
@@ -59,20 +88,7 @@ func TestAdversary78_EveryCommandSentinelsDown(t *testing.T) {
 			{"check", "", []string{"check"}},
 		} {
 			t.Run(kind+"/"+tc.name, func(t *testing.T) {
-				args := append(tc.args[:1:1], append([]string{"-timeout", timeout.String(), "-sentinel", "mymaster", "-url", url}, tc.args[1:]...)...)
-				start := time.Now()
-				code, out, errOut := leasectl(t, tc.stdin, args...)
-				took := time.Since(start)
-				t.Logf("exit %d after %v: stdout %q stderr %q", code, took.Round(time.Millisecond), out, errOut)
-				if code != exitFailure {
-					t.Errorf("exit %d, want 1", code)
-				}
-				if took > timeout+500*time.Millisecond {
-					t.Errorf("took %v with -timeout %v (want within -timeout + 0.5 s)", took, timeout)
-				}
-				if adv78Leaks(out + errOut) {
-					t.Errorf("a password is printed: %q %q", out, errOut)
-				}
+				errOut := adv78Failing(t, tc.stdin, timeout, "mymaster", url, tc.args...)
 				if !strings.Contains(errOut, "no answer within -timeout "+timeout.String()) {
 					t.Errorf("the message does not say that nothing answered within -timeout: %q", errOut)
 				}
@@ -91,7 +107,7 @@ func TestAdversary78_PrimaryPausedSentinelsAnswer(t *testing.T) {
 	t.Parallel()
 	sn := adv78Sentinel(t)
 	addrs := sn.SentinelAddrs()
-	url := "redis://" + addrs[0] + "?addr=" + strings.Join(addrs[1:], "&addr=") + "&password=hunter2-q"
+	url := adv78URL(addrs[0], addrs[1:]...)
 	// First a healthy run: the deployment works.
 	if code, out, errOut := leasectl(t, "", "list", "-timeout", "2s", "-sentinel", sn.Name, "-url", url); code != 0 {
 		t.Fatalf("healthy list: exit %d %q %q", code, out, errOut)
@@ -101,20 +117,7 @@ func TestAdversary78_PrimaryPausedSentinelsAnswer(t *testing.T) {
 	const timeout = time.Second
 	for _, args := range [][]string{{"list"}, {"show", "k"}, {"release", "-yes", "k"}, {"watch", "-for", "5s"}, {"check"}} {
 		t.Run(args[0], func(t *testing.T) {
-			full := append(args[:1:1], append([]string{"-timeout", timeout.String(), "-sentinel", sn.Name, "-url", url}, args[1:]...)...)
-			start := time.Now()
-			code, out, errOut := leasectl(t, "", full...)
-			took := time.Since(start)
-			t.Logf("exit %d after %v: stdout %q stderr %q", code, took.Round(time.Millisecond), out, errOut)
-			if code != exitFailure {
-				t.Errorf("exit %d, want 1", code)
-			}
-			if took > timeout+500*time.Millisecond {
-				t.Errorf("took %v with -timeout %v, primary paused", took, timeout)
-			}
-			if adv78Leaks(out + errOut) {
-				t.Errorf("a password is printed: %q", errOut)
-			}
+			errOut := adv78Failing(t, "", timeout, sn.Name, url, args...)
 			if strings.Contains(errOut, "a master the Sentinels monitor") || strings.Contains(errOut, "all sentinels") {
 				t.Errorf("the Sentinels answered, but the message blames them: %q", errOut)
 			}
@@ -132,7 +135,7 @@ func TestAdversary78_WatchStallThroughSentinels(t *testing.T) {
 	sn, c := adv78Deployment(t)
 	a17Hold(t, c, "adv78w:a", lease.Spec{TTL: 20 * time.Second, Deadline: time.Minute})
 	addrs := sn.SentinelAddrs()
-	url := "redis://" + addrs[0] + "?addr=" + strings.Join(addrs[1:], "&addr=") + "&password=hunter2-q"
+	url := adv78URL(addrs[0], addrs[1:]...)
 	const (
 		timeout  = time.Second
 		interval = 200 * time.Millisecond
@@ -243,7 +246,7 @@ func TestAdversary78_FirstSentinelDownOthersHealthy(t *testing.T) {
 				sn.Sentinels[0].Pause()
 				defer sn.Sentinels[0].Resume()
 			}
-			url := "redis://" + tc.first + "?addr=" + strings.Join(rest, "&addr=") + "&password=hunter2-q"
+			url := adv78URL(tc.first, rest...)
 			do := func(args ...string) (int, string, string) {
 				t.Helper()
 				full := append(args[:1:1], append([]string{"-timeout", timeout.String(), "-sentinel", sn.Name, "-url", url}, args[1:]...)...)
