@@ -2,6 +2,7 @@ package main
 
 import (
 	"net"
+	"strings"
 	"testing"
 	"time"
 )
@@ -45,14 +46,24 @@ func silentAddr(t *testing.T) string {
 // With the Sentinels down, a command gives up within its -timeout (and a
 // little for the exit), whether the Sentinel's port refuses connections
 // or accepts them and never answers. go-redis's failover client waited in
-// Close for its Sentinel lookups: 3.6 s and 5 s with -timeout 2s.
+// Close for its Sentinel lookups: 3.6 s and 5 s with -timeout 2s. go-redis
+// reports both as no answer; the message also says what each Sentinel's
+// port did when dialled again (a refused port is no Sentinel there).
 func TestConnectBoundedWithSentinelsDown(t *testing.T) {
 	t.Parallel()
 	const timeout = time.Second
-	for name, addr := range map[string]string{"refused": adv77Dead(t), "silent": silentAddr(t)} {
-		t.Run(name, func(t *testing.T) {
+	refused, silent := adv77Dead(t), silentAddr(t)
+	for _, tc := range []struct {
+		name, url string
+		want      []string
+	}{
+		{"refused", "redis://" + refused, []string{"the Sentinel: " + refused + " refused the connection"}},
+		{"silent", "redis://" + silent, []string{"the Sentinel: " + silent + " took the connection"}},
+		{"both", "redis://" + refused + "?addr=" + silent, []string{"the Sentinels: ", refused + " refused the connection", silent + " took the connection"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
 			start := time.Now()
-			code, out, errOut := leasectl(t, "", "list", "-timeout", timeout.String(), "-sentinel", "mymaster", "-url", "redis://"+addr)
+			code, out, errOut := leasectl(t, "", "list", "-timeout", timeout.String(), "-sentinel", "mymaster", "-url", tc.url)
 			took := time.Since(start)
 			t.Logf("exit %d after %v: %q %q", code, took.Round(time.Millisecond), out, errOut)
 			if code != 1 {
@@ -60,6 +71,11 @@ func TestConnectBoundedWithSentinelsDown(t *testing.T) {
 			}
 			if took > timeout+500*time.Millisecond {
 				t.Errorf("took %v with -timeout %v", took, timeout)
+			}
+			for _, w := range append(tc.want, "no answer within -timeout "+timeout.String()) {
+				if !strings.Contains(errOut, w) {
+					t.Errorf("the message does not say %q: %q", w, errOut)
+				}
 			}
 		})
 	}

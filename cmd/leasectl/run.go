@@ -8,9 +8,11 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"net/url"
 	"os"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -179,6 +181,7 @@ func (c *cli) connect() (*lease.Client, func(), error) {
 	var (
 		tlsConf   **tls.Config
 		newClient func() redis.UniversalClient
+		sentinels []string // the Sentinels' addresses (-sentinel)
 	)
 	switch {
 	case c.cluster && c.sentinel != "":
@@ -205,6 +208,7 @@ func (c *cli) connect() (*lease.Client, func(), error) {
 			// -timeout, as for a Cluster's slot map below.
 			o.DialTimeout = max(min(c.timeout/4, time.Second), 100*time.Millisecond)
 		}
+		sentinels = o.SentinelAddrs
 		tlsConf, newClient = &o.TLSConfig, func() redis.UniversalClient { return redis.NewFailoverClient(o) }
 	case c.cluster:
 		o, err := redis.ParseClusterURL(c.url)
@@ -255,7 +259,7 @@ func (c *cli) connect() (*lease.Client, func(), error) {
 			// go-redis retries a Sentinel that refuses or does not answer
 			// until the deadline, and then says only that (as for a
 			// primary that does not answer).
-			return nil, nil, fmt.Errorf("cannot reach Redis at %s: no answer within -timeout %v from the Sentinels there or the primary of %q (%w)", redactURL(c.url), c.timeout, c.sentinel, err)
+			return nil, nil, fmt.Errorf("cannot reach Redis at %s: no answer within -timeout %v from the Sentinels there or the primary of %q (%s) (%w)", redactURL(c.url), c.timeout, c.sentinel, dialSentinels(sentinels, sentinelDial), err)
 		}
 		return nil, nil, fmt.Errorf("cannot reach Redis at %s: %w", redactURL(c.url), err)
 	}
@@ -265,6 +269,46 @@ func (c *cli) connect() (*lease.Client, func(), error) {
 		return nil, nil, err
 	}
 	return lc, func() { lc.Close(); closeSoon(rdb) }, nil
+}
+
+// sentinelDial bounds dialSentinels' connection attempts.
+const sentinelDial = 100 * time.Millisecond
+
+// dialSentinels opens a TCP connection to each Sentinel address, all at
+// once, each within d, sends nothing, and says what each one did. go-redis
+// retries a Sentinel whose port refuses connections until the deadline,
+// and then reports it as one that did not answer: this tells a Sentinel
+// that is not running there (or an -url that names no Sentinel) from one
+// that is hung. Run only after a command failed: at most d more.
+func dialSentinels(addrs []string, d time.Duration) string {
+	states := make([]string, len(addrs))
+	var wg sync.WaitGroup
+	for i, addr := range addrs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			conn, err := net.DialTimeout("tcp", addr, d)
+			var ne net.Error
+			switch {
+			case err == nil:
+				conn.Close()
+				states[i] = addr + " took the connection"
+			case strings.Contains(err.Error(), "refused"):
+				// "connection refused", and Windows' "actively refused it".
+				states[i] = addr + " refused the connection"
+			case errors.As(err, &ne) && ne.Timeout():
+				states[i] = fmt.Sprintf("%s did not take the connection within %v", addr, d)
+			default:
+				states[i] = fmt.Sprintf("%s: %v", addr, err)
+			}
+		}()
+	}
+	wg.Wait()
+	what := "Sentinel"
+	if len(addrs) > 1 {
+		what = "Sentinels"
+	}
+	return fmt.Sprintf("dialled again, the %s: %s", what, strings.Join(states, ", "))
 }
 
 // closeWait is how long closeSoon waits for the client to close.
