@@ -494,7 +494,9 @@ func (j *Jobs) refund(ctx context.Context, id string, n int) error { return nil 
 // b/pay, must give modules that build and vet in workspace mode, and the
 // same bytes again. (GOFLAGS without -mod=mod: a workspace refuses it.)
 func TestAdversary75b_WorkspaceTwoModules(t *testing.T) {
-	t.Setenv("GOFLAGS", "")
+	// The test binary's -race only (when it has it): the go commands then
+	// build the configuration go test built (see gentest.Flags).
+	t.Setenv("GOFLAGS", strings.TrimSpace(strings.TrimPrefix(gentest.Flags, gentest.CrossFlags)))
 	ws := t.TempDir()
 	for _, m := range []string{"a", "b"} {
 		if err := os.MkdirAll(filepath.Join(ws, m), 0o755); err != nil {
@@ -637,8 +639,9 @@ func (s *Svc) refund(ctx context.Context, id string) error {
 }
 `,
 	})
-	// lib's committed output, generated as its authors would.
-	t.Setenv("GOFLAGS", gentest.CrossFlags)
+	// lib's committed output, generated as its authors would (with the
+	// test binary's configuration, see gentest.Flags).
+	t.Setenv("GOFLAGS", gentest.Flags)
 	libFiles, errs, _ := adv75bGen(t, filepath.Join(root, "lib", "pay"))
 	if errs != nil {
 		t.Fatalf("lib refused:\n%s", strings.Join(errs, "\n"))

@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/leasegen/leasegen/internal/gentest"
 )
 
 const adv76Jobs = `package tg
@@ -59,6 +61,12 @@ func UseB(j *Jobs) error { return j.Beta(context.Background(), "x") }
 	})
 	cfg := t.TempDir()
 	envFile := filepath.Join(t.TempDir(), "goenv")
+	// Every form also carries the test binary's -race (when it has it), so
+	// that the go commands build the configuration go test built, and the
+	// one -trimpath form the vendored module's (TestAdversary75b_VendoredModule):
+	// on an empty build cache, without it each of their go commands compiled
+	// the standard library and go-redis once more without -race.
+	race := strings.TrimPrefix(gentest.Flags, gentest.CrossFlags)
 	for _, tc := range []struct {
 		name    string
 		goflags string
@@ -67,16 +75,16 @@ func UseB(j *Jobs) error { return j.Beta(context.Background(), "x") }
 		write   string // the go env file's GOFLAGS line (via go env -w), or ""
 		xdg     string // XDG_CONFIG_HOME's go/env content, or ""
 	}{
-		{name: "several flags", goflags: "-mod=mod -tags=a,b -trimpath", a: true, b: true},
-		{name: "double dash", goflags: "-mod=mod --tags=a", a: true},
-		{name: "repeated, last wins", goflags: "-mod=mod -tags=b -tags=a", a: true},
-		{name: "repeated, last empty", goflags: "-mod=mod -tags=a -tags=", a: false},
-		{name: "double dash empty", goflags: "-mod=mod -tags=a,b --tags=", a: false},
-		{name: "quoted", goflags: `-mod=mod "-tags=a,b"`, a: true, b: true},
-		{name: "go env -w (GOENV file)", goflags: "", env: map[string]string{"GOENV": envFile}, write: "-mod=mod -tags=a", a: true},
-		{name: "go env -w, env set wins", goflags: "-mod=mod -tags=b", env: map[string]string{"GOENV": envFile}, write: "-mod=mod -tags=a", b: true},
-		{name: "user config dir", goflags: "", env: map[string]string{"XDG_CONFIG_HOME": cfg, "GOENV": ""}, xdg: "GOFLAGS=-mod=mod -tags=a,b\n", a: true, b: true},
-		{name: "GOENV=off", goflags: "-mod=mod", env: map[string]string{"XDG_CONFIG_HOME": cfg, "GOENV": "off"}, xdg: "GOFLAGS=-mod=mod -tags=a,b\n"},
+		{name: "several flags", goflags: "-mod=mod -tags=a,b -trimpath" + race, a: true, b: true},
+		{name: "double dash", goflags: "-mod=mod --tags=a" + race, a: true},
+		{name: "repeated, last wins", goflags: "-mod=mod -tags=b -tags=a" + race, a: true},
+		{name: "repeated, last empty", goflags: "-mod=mod -tags=a -tags=" + race, a: false},
+		{name: "double dash empty", goflags: "-mod=mod -tags=a,b --tags=" + race, a: false},
+		{name: "quoted", goflags: `-mod=mod "-tags=a,b"` + race, a: true, b: true},
+		{name: "go env -w (GOENV file)", goflags: "", env: map[string]string{"GOENV": envFile}, write: "-mod=mod -tags=a" + race, a: true},
+		{name: "go env -w, env set wins", goflags: "-mod=mod -tags=b" + race, env: map[string]string{"GOENV": envFile}, write: "-mod=mod -tags=a" + race, b: true},
+		{name: "user config dir", goflags: "", env: map[string]string{"XDG_CONFIG_HOME": cfg, "GOENV": ""}, xdg: "GOFLAGS=-mod=mod -tags=a,b" + race + "\n", a: true, b: true},
+		{name: "GOENV=off", goflags: "-mod=mod" + race, env: map[string]string{"XDG_CONFIG_HOME": cfg, "GOENV": "off"}, xdg: "GOFLAGS=-mod=mod -tags=a,b" + race + "\n"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Setenv("GOFLAGS", tc.goflags)
@@ -127,7 +135,7 @@ func TestAdversary76_GOFLAGSWithLeasegenTag(t *testing.T) {
 	adv46Write(t, mod, map[string]string{
 		"tl/a.go": strings.Replace(adv76Jobs, "package tg", "package tl", 1) + "\nfunc Use(j *Jobs) error { return j.Settle(nil, \"x\") }\n",
 	})
-	t.Setenv("GOFLAGS", "-mod=mod -tags=leasegen")
+	t.Setenv("GOFLAGS", gentest.Flags+" -tags=leasegen")
 	files, errs, _ := adv75bGen(t, filepath.Join(mod, "tl"))
 	if errs != nil {
 		t.Logf("refused (acceptable): %s", strings.Join(errs, "\n"))
