@@ -288,19 +288,10 @@ func dialSentinels(addrs []string, d time.Duration) string {
 		go func() {
 			defer wg.Done()
 			conn, err := net.DialTimeout("tcp", addr, d)
-			var ne net.Error
-			switch {
-			case err == nil:
+			if err == nil {
 				conn.Close()
-				states[i] = addr + " took the connection"
-			case strings.Contains(err.Error(), "refused"):
-				// "connection refused", and Windows' "actively refused it".
-				states[i] = addr + " refused the connection"
-			case errors.As(err, &ne) && ne.Timeout():
-				states[i] = fmt.Sprintf("%s did not take the connection within %v", addr, d)
-			default:
-				states[i] = fmt.Sprintf("%s: %v", addr, err)
 			}
+			states[i] = addr + dialState(err, d)
 		}()
 	}
 	wg.Wait()
@@ -309,6 +300,36 @@ func dialSentinels(addrs []string, d time.Duration) string {
 		what = "Sentinels"
 	}
 	return fmt.Sprintf("dialled again, the %s: %s", what, strings.Join(states, ", "))
+}
+
+// dialState says what a dial within d did, after the address: by the
+// error's type, not its text, which holds the host name (a name with
+// "refused" in it that did not resolve was a refused connection; round 79).
+// A name that did not resolve, or whose lookup ran out of time, is no
+// Sentinel's doing.
+func dialState(err error, d time.Duration) string {
+	var (
+		dns *net.DNSError
+		op  *net.OpError
+		ne  net.Error
+	)
+	switch {
+	case err == nil:
+		return " took the connection"
+	case errors.As(err, &dns) && dns.IsTimeout:
+		return fmt.Sprintf(": the name's lookup did not end within %v", d)
+	case errors.As(err, &dns):
+		return ": the name did not resolve (" + dns.Err + ")"
+	case errors.As(err, &op) && op.Err != nil && strings.Contains(op.Err.Error(), "refused"):
+		// The connect call's own error, without the address: "connection
+		// refused", Windows' "actively refused it".
+		return " refused the connection"
+	case errors.As(err, &ne) && ne.Timeout():
+		return fmt.Sprintf(" did not take the connection within %v", d)
+	case errors.As(err, &op) && op.Err != nil:
+		return ": " + op.Err.Error() // the address is said already
+	}
+	return ": " + err.Error()
 }
 
 // closeWait is how long closeSoon waits for the client to close.
@@ -457,8 +478,18 @@ func queryPasswordAt(u string) int {
 
 // redactUser hides the password of a URL's user information.
 func redactUser(u string) string {
-	if p, err := url.Parse(u); err == nil {
+	if p, err := url.Parse(u); err == nil && p.Opaque == "" {
 		return p.Redacted()
+	}
+	if scheme, rest, ok := strings.Cut(u, ":"); ok && !strings.HasPrefix(rest, "//") {
+		// No "//" (redis:user:password@host:port): net/url reads it as
+		// opaque, with no user information to redact, and kept the
+		// password in every message (round 79).
+		if at := strings.LastIndex(rest, "@"); at >= 0 {
+			user, _, _ := strings.Cut(rest[:at], ":")
+			return scheme + ":" + user + ":xxxxx" + rest[at:]
+		}
+		return u
 	}
 	scheme, rest, ok := strings.Cut(u, "://")
 	if !ok {
