@@ -281,6 +281,9 @@ const sentinelDial = 100 * time.Millisecond
 // that is not running there (or an -url that names no Sentinel) from one
 // that is hung. Run only after a command failed: at most d more.
 func dialSentinels(addrs []string, d time.Duration) string {
+	if len(addrs) == 0 {
+		return "no Sentinel address to dial again"
+	}
 	states := make([]string, len(addrs))
 	var wg sync.WaitGroup
 	for i, addr := range addrs {
