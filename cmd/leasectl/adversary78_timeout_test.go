@@ -297,16 +297,7 @@ func TestAdversary78_FirstSentinelDownOthersHealthy(t *testing.T) {
 func TestAdversary78_NoGoroutineGrowth(t *testing.T) {
 	silent := silentAddr(t)
 	refused := adv77Dead(t)
-	settle := func(max time.Duration, want int) int {
-		deadline := time.Now().Add(max)
-		n := runtime.NumGoroutine()
-		for time.Now().Before(deadline) && n > want {
-			time.Sleep(100 * time.Millisecond)
-			n = runtime.NumGoroutine()
-		}
-		return n
-	}
-	before := settle(2*time.Second, 0)
+	before := settleGoroutines(2*time.Second, 0)
 	const runs = 20
 	start := time.Now()
 	for i := range runs {
@@ -321,7 +312,7 @@ func TestAdversary78_NoGoroutineGrowth(t *testing.T) {
 	}
 	took := time.Since(start)
 	peak := runtime.NumGoroutine()
-	after := settle(10*time.Second, before+5)
+	after := settleGoroutines(10*time.Second, before+5)
 	t.Logf("%d runs in %v (%v each); goroutines: %d before, %d right after, %d after settling up to 10s", runs, took.Round(time.Millisecond),
 		(took / runs).Round(time.Millisecond), before, peak, after)
 	if took > runs*(300*time.Millisecond+500*time.Millisecond) {

@@ -45,6 +45,19 @@ func adv79Gap(f func()) time.Duration {
 	return <-res
 }
 
+// adv79Refused6 is an IPv6 loopback address whose port refuses
+// connections (nothing listens there).
+func adv79Refused6(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "[::1]:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	return addr
+}
+
 // adv79HungAddrs are the addresses adv79Hung made (address -> true).
 var adv79HungAddrs sync.Map
 
@@ -280,12 +293,7 @@ func TestAdversary79_ResolverFailureNotBlamedOnSentinel(t *testing.T) {
 // URL order, each named once.
 func TestAdversary79_EveryKindEveryCommand(t *testing.T) {
 	refused, silent, hung := adv77Dead(t), silentAddr(t), adv79Hung(t)
-	ln6, err := net.Listen("tcp", "[::1]:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	refused6 := ln6.Addr().String()
-	ln6.Close()
+	refused6 := adv79Refused6(t)
 	nxdomain := "sentinel-b.adv79.invalid:26379"
 	mixed := []adv79Want{{silent, "took"}, {refused, "refused"}, {hung, "hung"}, {nxdomain, "lookup"}, {refused6, "refused"}}
 	url := func(ws []adv79Want) string {
@@ -349,12 +357,7 @@ func TestAdversary79_UnresolvedNameIsNotRefused(t *testing.T) {
 // user names, by design of redactURL).
 func TestAdversary79_NoSecretsOddAddrs(t *testing.T) {
 	refused, silent, hung := adv77Dead(t), silentAddr(t), adv79Hung(t)
-	ln6, err := net.Listen("tcp", "[::1]:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	refused6 := ln6.Addr().String()
-	ln6.Close()
+	refused6 := adv79Refused6(t)
 	secrets := []string{"hunter2", "hunter%32", "hunter%2"}
 	users := []string{"sen-user79", "ops-user79"}
 	var twenty []adv79Want
@@ -434,16 +437,7 @@ func TestAdversary79_NoGoroutinesLeft(t *testing.T) {
 		buf := make([]byte, 4<<20)
 		return runtime.NumGoroutine(), string(buf[:runtime.Stack(buf, true)])
 	}
-	settle := func(max time.Duration, want int) int {
-		deadline := time.Now().Add(max)
-		n := runtime.NumGoroutine()
-		for time.Now().Before(deadline) && n > want {
-			time.Sleep(100 * time.Millisecond)
-			n = runtime.NumGoroutine()
-		}
-		return n
-	}
-	before := settle(2*time.Second, 0)
+	before := settleGoroutines(2*time.Second, 0)
 	const waves, each = 3, 4
 	start := time.Now()
 	for w := range waves {
@@ -475,7 +469,7 @@ func TestAdversary79_NoGoroutinesLeft(t *testing.T) {
 	}
 	took := time.Since(start)
 	peak := runtime.NumGoroutine()
-	after := settle(10*time.Second, before+5)
+	after := settleGoroutines(10*time.Second, before+5)
 	t.Logf("%d runs in %v; goroutines: %d before, %d right after, %d after settling", waves*each, took.Round(time.Millisecond), before, peak, after)
 	if after > before {
 		_, stacks := count()

@@ -2,6 +2,7 @@ package main
 
 import (
 	"net"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -41,6 +42,18 @@ func silentAddr(t *testing.T) string {
 		}
 	}()
 	return ln.Addr().String()
+}
+
+// settleGoroutines waits up to max for the process's goroutines to come
+// down to want, and returns their number then.
+func settleGoroutines(max time.Duration, want int) int {
+	deadline := time.Now().Add(max)
+	n := runtime.NumGoroutine()
+	for time.Now().Before(deadline) && n > want {
+		time.Sleep(100 * time.Millisecond)
+		n = runtime.NumGoroutine()
+	}
+	return n
 }
 
 // With the Sentinels down, a command gives up within its -timeout (and a
