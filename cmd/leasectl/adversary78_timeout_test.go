@@ -100,20 +100,28 @@ func TestAdversary78_EveryCommandSentinelsDown(t *testing.T) {
 	}
 }
 
+// adv78PausedPrimary is a Sentinel deployment (adv78Sentinel) that
+// answers a healthy list first, then has its primary paused (SIGSTOP, no
+// failover) until the test ends, and the -url of all its Sentinels.
+func adv78PausedPrimary(t *testing.T) (*leasetest.Sentinel, string) {
+	t.Helper()
+	sn := adv78Sentinel(t)
+	addrs := sn.SentinelAddrs()
+	url := adv78URL(addrs[0], addrs[1:]...)
+	if code, out, errOut := leasectl(t, "", "list", "-timeout", "2s", "-sentinel", sn.Name, "-url", url); code != 0 {
+		t.Fatalf("healthy list: exit %d %q %q", code, out, errOut)
+	}
+	sn.Data[0].Pause()
+	t.Cleanup(sn.Data[0].Resume)
+	return sn, url
+}
+
 // 2. Sentinels answer, the primary is paused (no failover: down-after
 // 60s). Bounded by -timeout; the message must not put it on the Sentinels
 // alone, and must not print the password.
 func TestAdversary78_PrimaryPausedSentinelsAnswer(t *testing.T) {
 	t.Parallel()
-	sn := adv78Sentinel(t)
-	addrs := sn.SentinelAddrs()
-	url := adv78URL(addrs[0], addrs[1:]...)
-	// First a healthy run: the deployment works.
-	if code, out, errOut := leasectl(t, "", "list", "-timeout", "2s", "-sentinel", sn.Name, "-url", url); code != 0 {
-		t.Fatalf("healthy list: exit %d %q %q", code, out, errOut)
-	}
-	sn.Data[0].Pause()
-	defer sn.Data[0].Resume()
+	sn, url := adv78PausedPrimary(t)
 	const timeout = time.Second
 	for _, args := range [][]string{{"list"}, {"show", "k"}, {"release", "-yes", "k"}, {"watch", "-for", "5s"}, {"check"}} {
 		t.Run(args[0], func(t *testing.T) {

@@ -227,22 +227,26 @@ func adv79CheckStates(t *testing.T, errOut string, wants []adv79Want) {
 	}
 }
 
+// adv79Timed runs leasectl in this process with stdin and args, and
+// returns its exit code, output, how long it took and the longest stall
+// of the test process meanwhile (adv79Gap).
+func adv79Timed(t *testing.T, stdin string, args ...string) (code int, out, errOut string, took, gap time.Duration) {
+	t.Helper()
+	gap = adv79Gap(func() {
+		start := time.Now()
+		code, out, errOut = leasectl(t, stdin, args...)
+		took = time.Since(start)
+	})
+	return code, out, errOut, took, gap
+}
+
 // adv79Run runs leasectl with -timeout 1s -sentinel mymaster -url url and
 // checks exit 1 within -timeout + 0.5 s, the message naming -timeout, and
 // that no secret is printed anywhere.
 func adv79Run(t *testing.T, stdin, url string, secrets []string, args ...string) (string, string) {
 	t.Helper()
 	full := append(args[:1:1], append([]string{"-timeout", adv79Timeout.String(), "-sentinel", "mymaster", "-url", url}, args[1:]...)...)
-	var (
-		code        int
-		out, errOut string
-		took        time.Duration
-	)
-	gap := adv79Gap(func() {
-		start := time.Now()
-		code, out, errOut = leasectl(t, stdin, full...)
-		took = time.Since(start)
-	})
+	code, out, errOut, took, gap := adv79Timed(t, stdin, full...)
 	t.Logf("%v: exit %d after %v (process stall %v): stdout %q stderr %q", args, code, took.Round(time.Millisecond), gap.Round(time.Millisecond), out, errOut)
 	if code != exitFailure {
 		t.Errorf("exit %d, want 1", code)
@@ -446,16 +450,7 @@ func TestAdversary79_NoGoroutinesLeft(t *testing.T) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				var (
-					code        int
-					out, errOut string
-					took        time.Duration
-				)
-				gap := adv79Gap(func() {
-					s := time.Now()
-					code, out, errOut = leasectl(t, "", "list", "-timeout", adv79Timeout.String(), "-sentinel", "mymaster", "-url", url)
-					took = time.Since(s)
-				})
+				code, out, errOut, took, gap := adv79Timed(t, "", "list", "-timeout", adv79Timeout.String(), "-sentinel", "mymaster", "-url", url)
 				if code != exitFailure || strings.Contains(out+errOut, "hunter2") || adv79Section(errOut) == "" {
 					t.Errorf("wave %d run %d: exit %d after %v: %q %q", w, i, code, took, out, errOut)
 				}
@@ -487,28 +482,13 @@ func TestAdversary79_NoGoroutinesLeft(t *testing.T) {
 // refusing address first (only that one refused) and with one real
 // Sentinel paused too (its port still takes connections).
 func TestAdversary79_PrimaryPausedSentinelsHealthy(t *testing.T) {
-	sn := adv78Sentinel(t)
+	sn, url := adv78PausedPrimary(t)
 	addrs := sn.SentinelAddrs()
-	url := adv78URL(addrs[0], addrs[1:]...)
-	if code, out, errOut := leasectl(t, "", "list", "-timeout", "2s", "-sentinel", sn.Name, "-url", url); code != 0 {
-		t.Fatalf("healthy list: exit %d %q %q", code, out, errOut)
-	}
-	sn.Data[0].Pause()
-	defer sn.Data[0].Resume()
 	refused := adv77Dead(t)
 	run := func(t *testing.T, url string, wants []adv79Want, args ...string) {
 		t.Helper()
 		full := append(args[:1:1], append([]string{"-timeout", adv79Timeout.String(), "-sentinel", sn.Name, "-url", url}, args[1:]...)...)
-		var (
-			code        int
-			out, errOut string
-			took        time.Duration
-		)
-		gap := adv79Gap(func() {
-			start := time.Now()
-			code, out, errOut = leasectl(t, "", full...)
-			took = time.Since(start)
-		})
+		code, out, errOut, took, gap := adv79Timed(t, "", full...)
 		t.Logf("%v: exit %d after %v: stdout %q stderr %q", args, code, took.Round(time.Millisecond), out, errOut)
 		if code != exitFailure {
 			t.Errorf("exit %d, want 1", code)
