@@ -287,15 +287,13 @@ func dialSentinels(addrs []string, d time.Duration) string {
 	states := make([]string, len(addrs))
 	var wg sync.WaitGroup
 	for i, addr := range addrs {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			conn, err := net.DialTimeout("tcp", addr, d)
 			if err == nil {
 				conn.Close()
 			}
 			states[i] = addr + dialState(err, d)
-		}()
+		})
 	}
 	wg.Wait()
 	what := "Sentinel"
@@ -484,26 +482,20 @@ func redactUser(u string) string {
 	if p, err := url.Parse(u); err == nil && p.Opaque == "" {
 		return p.Redacted()
 	}
-	if scheme, rest, ok := strings.Cut(u, ":"); ok && !strings.HasPrefix(rest, "//") {
-		// No "//" (redis:user:password@host:port): net/url reads it as
-		// opaque, with no user information to redact, and kept the
-		// password in every message (round 79).
-		if at := strings.LastIndex(rest, "@"); at >= 0 {
-			user, _, _ := strings.Cut(rest[:at], ":")
-			return scheme + ":" + user + ":xxxxx" + rest[at:]
-		}
-		return u
-	}
-	scheme, rest, ok := strings.Cut(u, "://")
-	if !ok {
-		return u
+	// Not parsed by net/url, or opaque to it: without "//"
+	// (redis:user:password@host:port) it has no user information to
+	// redact, and kept the password in every message (round 79).
+	scheme, rest, ok := strings.Cut(u, ":")
+	slashes := ""
+	if strings.HasPrefix(rest, "//") {
+		slashes, rest = "//", rest[2:]
 	}
 	at := strings.LastIndex(rest, "@")
-	if at < 0 {
+	if !ok || at < 0 {
 		return u
 	}
 	user, _, _ := strings.Cut(rest[:at], ":")
-	return scheme + "://" + user + ":xxxxx" + rest[at:]
+	return scheme + ":" + slashes + user + ":xxxxx" + rest[at:]
 }
 
 // call bounds one request (or a short sequence) by -timeout.
