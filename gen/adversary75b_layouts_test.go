@@ -496,7 +496,7 @@ func (j *Jobs) refund(ctx context.Context, id string, n int) error { return nil 
 func TestAdversary75b_WorkspaceTwoModules(t *testing.T) {
 	// The test binary's -race only (when it has it): the go commands then
 	// build the configuration go test built (see gentest.Flags).
-	t.Setenv("GOFLAGS", strings.TrimSpace(strings.TrimPrefix(gentest.Flags, gentest.CrossFlags)))
+	t.Setenv("GOFLAGS", strings.TrimSpace(gentest.RaceFlag))
 	ws := t.TempDir()
 	for _, m := range []string{"a", "b"} {
 		if err := os.MkdirAll(filepath.Join(ws, m), 0o755); err != nil {
@@ -659,7 +659,7 @@ func (s *Svc) refund(ctx context.Context, id string) error {
 	if _, err := os.Stat(filepath.Join(app, "vendor", "example.com", "lib", "pay", "lease_gen.go")); err != nil {
 		t.Fatalf("lib's output not vendored: %v", err)
 	}
-	flags := "-mod=vendor -trimpath" + strings.TrimPrefix(gentest.Flags, gentest.CrossFlags)
+	flags := "-mod=vendor -trimpath" + gentest.RaceFlag
 	t.Setenv("GOFLAGS", flags)
 	files, errs, _ := adv75bGen(t, filepath.Join(app, "svc"))
 	if errs != nil {

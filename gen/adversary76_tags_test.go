@@ -66,7 +66,7 @@ func UseB(j *Jobs) error { return j.Beta(context.Background(), "x") }
 	// one -trimpath form the vendored module's (TestAdversary75b_VendoredModule):
 	// on an empty build cache, without it each of their go commands compiled
 	// the standard library and go-redis once more without -race.
-	race := strings.TrimPrefix(gentest.Flags, gentest.CrossFlags)
+	race := gentest.RaceFlag
 	for _, tc := range []struct {
 		name    string
 		goflags string

@@ -99,6 +99,11 @@ func Main(m *testing.M) int {
 // configuration without -race: about a minute on two cores.
 const Flags = CrossFlags + raceFlag
 
+// RaceFlag is what Flags adds to CrossFlags: " -race" in a test binary
+// built with -race, else "". A test that sets GOFLAGS of its own appends
+// it, so that its go commands build the configuration go test built.
+const RaceFlag = raceFlag
+
 // ToolBuild is the flag for a go build or go run of a tool the test runs
 // (cmd/leasecheck, by itself or as go vet's -vettool): -race=false, which
 // overrides Flags' -race for the tool alone. The race detector slows an
