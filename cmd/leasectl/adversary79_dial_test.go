@@ -71,8 +71,21 @@ func adv79HasHung(url string) bool {
 	return found
 }
 
-// adv79Late reports a run that took longer than -timeout + 0.5 s, unless
-// a stall of the whole test process explains the excess. With a Sentinel
+// adv79Slack is how much longer than -timeout a run may take. Its own
+// path after the PING's deadline is at most 0.2 s: closeSoon's wait, which
+// a failover client with its Sentinels down always uses up (100 ms), and
+// the dials (at most 100 ms). The rest is for a loaded machine, with the
+// subtests' 12 runs at once: one run took 1.609 s (a name that did not
+// resolve; the test process's longest stall 4 ms) beside gen's and
+// leasecheck's tests on an empty build cache and runtime/lease's parallel
+// tests, and 96 runs instrumented the same way, beside a cold build, took
+// 1.11-1.21 s (PING 1.003-1.008 s, close 100-103 ms, dials 0.5-103 ms).
+// An unbounded wait (go-redis's 5 s dial timeout, which round 78 found)
+// still fails it.
+const adv79Slack = time.Second
+
+// adv79Late reports a run that took longer than -timeout + adv79Slack,
+// unless a stall of the whole test process explains the excess. With a Sentinel
 // address that drops connection attempts (hung), only logged: in about
 // half of round 79's own runs, beside a gen test run on an empty build
 // cache, such runs exited after 3.0–3.2 s, whatever the command; that was
@@ -81,10 +94,10 @@ func adv79HasHung(url string) bool {
 // close at most 100 ms. Left open (see the closing note of round 79).
 func adv79Late(t *testing.T, what string, took, gap time.Duration, hung bool) {
 	t.Helper()
-	if took <= adv79Timeout+500*time.Millisecond {
+	if took <= adv79Timeout+adv79Slack {
 		return
 	}
-	if took-gap <= adv79Timeout+500*time.Millisecond {
+	if took-gap <= adv79Timeout+adv79Slack {
 		t.Logf("%s took %v with -timeout %v, but the test process itself stalled for %v meanwhile: not leasectl's", what, took, adv79Timeout, gap)
 		return
 	}
@@ -92,7 +105,7 @@ func adv79Late(t *testing.T, what string, took, gap time.Duration, hung bool) {
 		t.Logf("%s took %v with -timeout %v, with a Sentinel that drops connection attempts (not asserted; see adv79Late)", what, took, adv79Timeout)
 		return
 	}
-	t.Errorf("%s took %v with -timeout %v (want within -timeout + 0.5 s; the longest stall of the test process meanwhile: %v)", what, took, adv79Timeout, gap)
+	t.Errorf("%s took %v with -timeout %v (want within -timeout + %v; the longest stall of the test process meanwhile: %v)", what, took, adv79Timeout, adv79Slack, gap)
 }
 
 // adv79Hung is a loopback address whose dials hang: a listening socket
@@ -241,7 +254,7 @@ func adv79Timed(t *testing.T, stdin string, args ...string) (code int, out, errO
 }
 
 // adv79Run runs leasectl with -timeout 1s -sentinel mymaster -url url and
-// checks exit 1 within -timeout + 0.5 s, the message naming -timeout, and
+// checks exit 1 within -timeout + adv79Slack, the message naming -timeout, and
 // that no secret is printed anywhere.
 func adv79Run(t *testing.T, stdin, url string, secrets []string, args ...string) (string, string) {
 	t.Helper()
@@ -293,7 +306,7 @@ func TestAdversary79_ResolverFailureNotBlamedOnSentinel(t *testing.T) {
 }
 
 // 1. Each kind of dead Sentinel alone, and all kinds in one URL for every
-// command: exit 1 within -timeout + 0.5 s, each address's state right, in
+// command: exit 1 within -timeout + adv79Slack, each address's state right, in
 // URL order, each named once.
 func TestAdversary79_EveryKindEveryCommand(t *testing.T) {
 	refused, silent, hung := adv77Dead(t), silentAddr(t), adv79Hung(t)
