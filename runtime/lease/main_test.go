@@ -33,7 +33,7 @@ func TestMain(m *testing.M) {
 	// unless -parallel says otherwise; the default (GOMAXPROCS, two here)
 	// would leave the package at most of its serial time. They run after
 	// every other test has ended (so goroutine counts are not disturbed),
-	// each on its own servers. Their 930 s of test time took 270 s four at
+	// each on its own servers. Their 930 s of test time took about 270 s four at
 	// a time and 133 s eight at a time, beside gen's tests on an empty
 	// build cache (2 cores, 2026-12-06).
 	flag.Parse()
