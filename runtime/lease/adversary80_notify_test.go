@@ -581,7 +581,17 @@ func TestAdversary80_StoppedWaiterAtHandover(t *testing.T) {
 		}
 		fw := w.wait("in", wt, 5*time.Second)
 		if fw == nil {
-			t.Errorf("round %d: W never entered after C released: %v", i, w.has("done", wt))
+			// W re-checks every 300ms: the stop may land on an acquire on
+			// the wire, whose reply W reads only after its limit (TTL less
+			// the drift from its send) passed. That acquire's outcome is
+			// unknown, and the call ends ErrUnknown without entering, as
+			// documented (README, Three outcomes of a failed acquire):
+			// seen once in CI, "no reply in time to enter a grant".
+			if d := w.has("done", wt); d != nil && d[2] == "unknown" && strings.Contains(strings.Join(d, " "), "no reply in time to enter a grant") {
+				t.Logf("round %d: W's stop landed on an acquire on the wire: %v", i, d)
+			} else {
+				t.Errorf("round %d: W never entered after C released: %v", i, d)
+			}
 		} else {
 			if outC != nil && a80nTime(fw, 3).Before(a80nTime(outC, 2)) {
 				t.Errorf("round %d: W entered before C's fn returned", i)
