@@ -26,7 +26,6 @@ import (
 	"io"
 	"os"
 	"os/exec"
-	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -233,12 +232,6 @@ func a80nTok(f []string) lease.Token {
 	return lease.Token(n)
 }
 
-func a80nMedian(ds []time.Duration) time.Duration {
-	s := append([]time.Duration(nil), ds...)
-	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
-	return s[len(s)/2]
-}
-
 // A waiter in another process enters within a notification round trip of
 // the holder's release, with a re-check interval and a PTTL (10s) that
 // would both be far too slow: only the notification can explain a fast
@@ -313,7 +306,7 @@ func TestAdversary80_NotifyHandoverLatency(t *testing.T) {
 			h.wait("done", gt, 5*time.Second)
 		}
 	}
-	t.Logf("handover latencies (holder's fn return -> waiter's fn entry): median %v, all %v", a80nMedian(lat), lat)
+	t.Logf("handover latencies (holder's fn return -> waiter's fn entry): median %v, all %v", median(lat), lat)
 }
 
 // A waiter whose Wait ends gets ErrBusy at about Wait, not a hang; with
