@@ -4,7 +4,6 @@ package main
 
 import (
 	"context"
-	"net"
 	"strings"
 	"testing"
 	"time"
@@ -88,12 +87,7 @@ func TestAdversary76_LeasectlSentinelErrors(t *testing.T) {
 	t.Parallel()
 	sn := leasetest.StartSentinel(t)
 	addrs := sn.SentinelAddrs()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	dead := ln.Addr().String()
-	ln.Close()
+	dead := refusedAddr(t, false)
 	for _, tc := range []struct {
 		name string
 		args []string

@@ -5,7 +5,6 @@ package main
 // every command and error path.
 
 import (
-	"net"
 	"strings"
 	"testing"
 	"time"
@@ -15,17 +14,9 @@ import (
 	"github.com/leasegen/leasegen/runtime/leasetest"
 )
 
-// adv77Dead is a loopback address nothing listens on.
-func adv77Dead(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
-	return addr
-}
+// adv77Dead is a loopback address whose port refuses connections until
+// the test ends (refusedAddr).
+func adv77Dead(t *testing.T) string { return refusedAddr(t, false) }
 
 // adv77Secret is in every password below; no output may contain it (nor
 // its percent-encoded spelling, "s3cr%45t").

@@ -46,17 +46,8 @@ func adv79Gap(f func()) time.Duration {
 }
 
 // adv79Refused6 is an IPv6 loopback address whose port refuses
-// connections (nothing listens there).
-func adv79Refused6(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "[::1]:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
-	return addr
-}
+// connections until the test ends (refusedAddr).
+func adv79Refused6(t *testing.T) string { return refusedAddr(t, true) }
 
 // adv79HungAddrs are the addresses adv79Hung made (address -> true).
 var adv79HungAddrs sync.Map

@@ -1,9 +1,12 @@
 package main
 
 import (
+	"errors"
 	"net"
 	"runtime"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -42,6 +45,47 @@ func silentAddr(t *testing.T) string {
 		}
 	}()
 	return ln.Addr().String()
+}
+
+// refusedAddr is a loopback address (IPv6 if v6) whose port refuses
+// connections until the test ends: a socket bound to it that never
+// listens, so the kernel answers every SYN with a reset and no other
+// socket can take the port meanwhile. A port listened on and closed
+// again, as these tests used before, could be taken by a redis-server
+// another test started (leasetest picks its ports the same way), and a
+// "refused" Sentinel would then answer.
+func refusedAddr(t *testing.T, v6 bool) string {
+	t.Helper()
+	family, sa := syscall.AF_INET, syscall.Sockaddr(&syscall.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}})
+	if v6 {
+		family, sa = syscall.AF_INET6, &syscall.SockaddrInet6{Addr: [16]byte{15: 1}}
+	}
+	fd, err := syscall.Socket(family, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { syscall.Close(fd) })
+	if err := syscall.Bind(fd, sa); err != nil {
+		t.Fatal(err)
+	}
+	got, err := syscall.Getsockname(fd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var addr string
+	switch a := got.(type) {
+	case *syscall.SockaddrInet4:
+		addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(a.Port))
+	case *syscall.SockaddrInet6:
+		addr = net.JoinHostPort("::1", strconv.Itoa(a.Port))
+	}
+	if c, err := net.DialTimeout("tcp", addr, time.Second); err == nil {
+		c.Close()
+		t.Fatalf("%s took a connection: no refusing address on this machine", addr)
+	} else if !errors.Is(err, syscall.ECONNREFUSED) {
+		t.Fatalf("dialling %s: %v, want connection refused", addr, err)
+	}
+	return addr
 }
 
 // settleGoroutines waits up to max for the process's goroutines to come
