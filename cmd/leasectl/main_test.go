@@ -27,10 +27,15 @@ import (
 // are held by the test process itself through commands the scripts call
 // (grab, drop, lost, entered: see scriptCmds).
 func TestMain(m *testing.M) {
-	testscript.Main(m, map[string]func(){"leasectl": main})
+	testscript.Main(m, map[string]func(){
+		"leasectl":           main,
+		"leasectl-silentdns": leasectlSilentDNS, // TestSlowResolverBounded
+		"dnsprobe":           dnsProbe,
+	})
 }
 
 func TestScripts(t *testing.T) {
+	t.Parallel()
 	cl := leasetest.StartCluster(t, 3)
 	addrs := cl.Addrs()
 	clusterURL := "redis://" + addrs[0] + "?addr=" + strings.Join(addrs[1:], "&addr=")
@@ -354,6 +359,7 @@ func leasectl(t *testing.T, stdin string, args ...string) (int, string, string) 
 
 // Exit status: 0 done (-h included), 1 failure, 2 usage.
 func TestExitCodes(t *testing.T) {
+	t.Parallel()
 	srv := leasetest.StartRedis(t)
 	url := srv.URL()
 	if err := srv.Client(t).Set(context.Background(), "lease:{foreign}:l", "by-hand", 0).Err(); err != nil {
@@ -396,6 +402,7 @@ func TestExitCodes(t *testing.T) {
 // confirmation: the holder shown is gone, the new one is left alone, and
 // release says so with exit status 1.
 func TestReleaseChangedHolderWhileConfirming(t *testing.T) {
+	t.Parallel()
 	srv := leasetest.StartRedis(t)
 	c, err := lease.New(srv.Client(t))
 	if err != nil {

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/redis/go-redis/v9/maintnotifications"
 
 	"github.com/leasegen/leasegen/runtime/lease"
 )
@@ -216,6 +217,7 @@ func (c *cli) connect() (*lease.Client, func(), error) {
 			return nil, nil, c.urlError(err)
 		}
 		o.ContextTimeoutEnabled = true
+		o.MaintNotificationsConfig = noMaintNotifications()
 		tlsConf, newClient = &o.TLSConfig, func() redis.UniversalClient { return redis.NewClusterClient(o) }
 	default:
 		o, err := redis.ParseURL(c.url)
@@ -223,12 +225,21 @@ func (c *cli) connect() (*lease.Client, func(), error) {
 			return nil, nil, c.urlError(err)
 		}
 		o.ContextTimeoutEnabled = true
+		o.MaintNotificationsConfig = noMaintNotifications()
 		tlsConf, newClient = &o.TLSConfig, func() redis.UniversalClient { return redis.NewClient(o) }
 	}
 	if err := c.trust(tlsConf); err != nil {
 		return nil, nil, err
 	}
-	rdb := newClient()
+	ctx, cancel := context.WithTimeout(c.ctx, c.timeout)
+	defer cancel()
+	rdb, err := newWithin(ctx, newClient)
+	if err != nil {
+		if c.sentinel != "" {
+			return nil, nil, fmt.Errorf(`cannot reach Redis at %s: no answer within -timeout %v: go-redis had not finished making its failover client, which looks up the name "FailoverClient" in DNS (go-redis v9.22.0): is the resolver answering? (%s) (%w)`, redactURL(c.url), c.timeout, dialSentinels(sentinels, sentinelDial), err)
+		}
+		return nil, nil, fmt.Errorf("cannot reach Redis at %s: no answer within -timeout %v: go-redis had not finished making its client (%w)", redactURL(c.url), c.timeout, err)
+	}
 	// Every request is bounded by -timeout, retries included, also those
 	// that watch makes under its own context, which lasts until -for or
 	// Ctrl-C: a server that stops answering ends the watch with an error.
@@ -244,8 +255,6 @@ func (c *cli) connect() (*lease.Client, func(), error) {
 		meta := timeoutHook{d: c.timeout, meta: min(c.timeout/4, time.Second)}
 		cc.OnNewNode(func(n *redis.Client) { n.AddHook(meta) })
 	}
-	ctx, cancel := context.WithTimeout(c.ctx, c.timeout)
-	defer cancel()
 	// check runs with a service's user, which has no +ping (the
 	// service recipe): its NOPERM says the server is there.
 	if err := ping(ctx, rdb); err != nil && !(c.servicesUser && strings.HasPrefix(err.Error(), "NOPERM")) {
@@ -269,6 +278,38 @@ func (c *cli) connect() (*lease.Client, func(), error) {
 		return nil, nil, err
 	}
 	return lc, func() { lc.Close(); closeSoon(rdb) }, nil
+}
+
+// newWithin returns newClient's client, or ctx's error if ctx ends
+// first; a client made after that is closed when it is. go-redis v9.22.0
+// resolves the client's address in DNS as it makes a client (to choose
+// how maintenance notifications name endpoints), for up to 2 s whatever
+// the caller's deadline, and a failover client's address is the name
+// "FailoverClient": with a resolver that did not answer (several runs at
+// once here), -timeout 1s took 3 s (TestAdversary79_EveryKindEveryCommand
+// at -parallel 8, TestSlowResolverBounded). Plain and Cluster clients are
+// told not to (noMaintNotifications); a failover client cannot be (v9.23.0
+// no longer resolves when notifications are off, as a failover client's
+// are), so its making is bounded by -timeout like the rest.
+func newWithin(ctx context.Context, newClient func() redis.UniversalClient) (redis.UniversalClient, error) {
+	made := make(chan redis.UniversalClient, 1)
+	go func() { made <- newClient() }()
+	select {
+	case rdb := <-made:
+		return rdb, nil
+	case <-ctx.Done():
+		go func() { (<-made).Close() }()
+		return nil, ctx.Err()
+	}
+}
+
+// noMaintNotifications turns maintenance notifications (Redis Enterprise's
+// and Redis Cloud's MOVING and MIGRATING pushes) off, with an endpoint
+// type given, so go-redis does not resolve the address as it makes the
+// client (see newWithin): leasectl's commands are short, one connection
+// each, and are retried by whoever runs them.
+func noMaintNotifications() *maintnotifications.Config {
+	return &maintnotifications.Config{Mode: maintnotifications.ModeDisabled, EndpointType: maintnotifications.EndpointTypeNone}
 }
 
 // sentinelDial bounds dialSentinels' connection attempts.
