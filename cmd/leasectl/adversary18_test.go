@@ -31,6 +31,7 @@ func adv18RuntimeAccepts(t *testing.T, c *lease.Client, s string) bool {
 }
 
 func TestAdversary18_IdentityLikeMatchesRuntime(t *testing.T) {
+	t.Parallel()
 	srv := leasetest.StartRedis(t)
 	c, err := lease.New(srv.Client(t))
 	if err != nil {

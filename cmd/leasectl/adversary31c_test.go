@@ -20,6 +20,7 @@ import (
 // operator's password into a CI log or a terminal recording. Before, the
 // parse error quoted the whole URL.
 func TestAdversary31c_MalformedURLHidesPassword(t *testing.T) {
+	t.Parallel()
 	const secret = "Sup3rS3cret"
 	for _, url := range []string{
 		"redis://ops:" + secret + "%zz@127.0.0.1:1/0", // a bad escape in the password
@@ -73,6 +74,7 @@ func (s *syncBuffer) String() string {
 // bounded only by go-redis's own read timeout and its retries (3 s each,
 // and more with read_timeout=-1 in the URL), whatever -timeout said.
 func TestAdversary31c_WatchHonoursTimeoutWhenServerStops(t *testing.T) {
+	t.Parallel()
 	srv := leasetest.StartRedis(t)
 	c, err := lease.New(srv.Client(t))
 	if err != nil {
@@ -115,6 +117,7 @@ func TestAdversary31c_WatchHonoursTimeoutWhenServerStops(t *testing.T) {
 // quoted (as release's messages already quote keys); so is a key that
 // begins with a quote, so that no key can look like another's quoted form.
 func TestAdversary31c_TextOutputOneLinePerLease(t *testing.T) {
+	t.Parallel()
 	srv := leasetest.StartRedis(t)
 	c, err := lease.New(srv.Client(t))
 	if err != nil {
@@ -158,6 +161,7 @@ func TestAdversary31c_TextOutputOneLinePerLease(t *testing.T) {
 // negative -for is no duration to watch for either; it must not mean
 // "until interrupted", as the default does.
 func TestAdversary31c_BadDurationsAreUsageErrors(t *testing.T) {
+	t.Parallel()
 	srv := leasetest.StartRedis(t)
 	for _, args := range [][]string{
 		{"list", "-timeout", "0"},
@@ -192,6 +196,7 @@ func TestAdversary31c_BadDurationsAreUsageErrors(t *testing.T) {
 // list's error names the stopped master (before the metadata questions
 // got a share of -timeout, a live master could be named).
 func TestAdversary31c_ClusterOneMasterPaused(t *testing.T) {
+	t.Parallel()
 	cl, url, c := clusterWithClient(t)
 	ctx := context.Background()
 	byMaster := map[*leasetest.Server]string{}
@@ -232,6 +237,7 @@ func TestAdversary31c_ClusterOneMasterPaused(t *testing.T) {
 // blocked reading the answer. run's context stands for the signal here.
 // Before, release went on waiting for input after the interrupt.
 func TestAdversary31c_InterruptAtConfirmationAborts(t *testing.T) {
+	t.Parallel()
 	srv := leasetest.StartRedis(t)
 	c, err := lease.New(srv.Client(t))
 	if err != nil {
@@ -280,6 +286,7 @@ func TestAdversary31c_InterruptAtConfirmationAborts(t *testing.T) {
 // runs of show on a healthy master's key failed with "cannot reach Redis"
 // naming the whole Cluster.
 func TestAdversary31c_ClusterShowLiveKeyWithMasterPaused(t *testing.T) {
+	t.Parallel()
 	cl, url, c := clusterWithClient(t)
 	ctx := context.Background()
 	stuck, err := cl.MasterForKey(ctx, "lease:{stuck}:l")
@@ -312,6 +319,7 @@ func TestAdversary31c_ClusterShowLiveKeyWithMasterPaused(t *testing.T) {
 // "redis://127.0.0.1:xxxxx@laptop", a host that was never asked, or, with
 // a password, hid the host and the seeds behind it.
 func TestAdversary31c_UnreachableURLShownFaithfully(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		args []string
 		want string
@@ -331,6 +339,7 @@ func TestAdversary31c_UnreachableURLShownFaithfully(t *testing.T) {
 // '}') is a usage mistake: exit 2, naming -prefix, before connecting.
 // Before, leasectl connected and then failed with exit 1.
 func TestAdversary31c_BadPrefixIsUsageError(t *testing.T) {
+	t.Parallel()
 	for _, p := range []string{"a{", "x}", "{lease}:"} {
 		code, _, errOut := leasectl(t, "", "list", "-url", "redis://127.0.0.1:1", "-prefix", p)
 		if code != exitUsage || !strings.Contains(errOut, "-prefix") || strings.Contains(errOut, "cannot reach") {

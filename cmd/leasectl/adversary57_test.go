@@ -21,6 +21,7 @@ import (
 // such keys exactly; the JSON output now gives their bytes in key_base64,
 // which a script passes on to show.
 func TestAdversary57_ListJSONNonUTF8KeysStayDistinct(t *testing.T) {
+	t.Parallel()
 	srv := leasetest.StartRedis(t)
 	c, err := lease.New(srv.Client(t))
 	if err != nil {
@@ -69,6 +70,7 @@ func TestAdversary57_ListJSONNonUTF8KeysStayDistinct(t *testing.T) {
 // A key that begins or ends with a space is quoted in the text output:
 // "orders:42 " printed bare read as orders:42, a lease on another key.
 func TestAdversary57_ListTextQuotesEdgeSpaces(t *testing.T) {
+	t.Parallel()
 	srv := leasetest.StartRedis(t)
 	c, err := lease.New(srv.Client(t))
 	if err != nil {

@@ -47,6 +47,7 @@ func adv59Lead(t *testing.T, c *lease.Client, key, owner string) {
 // "pod-\xff" and "pod-\xfe" printed alike. holder_base64 and owner_base64
 // carry their bytes.
 func TestAdversary59_JSONNonUTF8HolderOwner(t *testing.T) {
+	t.Parallel()
 	srv := leasetest.StartRedis(t)
 	c, err := lease.New(srv.Client(t))
 	if err != nil {
@@ -102,6 +103,7 @@ func adv59Bytes(t *testing.T, s, b64 string) string {
 // waiter whose owner is not UTF-8 (or holds a bidi override) printed raw,
 // where the holder line above it is quoted; -json lost its bytes.
 func TestAdversary59_ShowWaiterIdentityQuotedAndExact(t *testing.T) {
+	t.Parallel()
 	srv := leasetest.StartRedis(t)
 	c, err := lease.New(srv.Client(t))
 	if err != nil {
@@ -155,6 +157,7 @@ func TestAdversary59_ShowWaiterIdentityQuotedAndExact(t *testing.T) {
 // the holder the operator is asked to confirm was printed raw (non-UTF-8
 // bytes, a bidi override), though printInfo above it quotes it.
 func TestAdversary59_ReleaseMessagesQuoteTheHolder(t *testing.T) {
+	t.Parallel()
 	srv := leasetest.StartRedis(t)
 	c, err := lease.New(srv.Client(t))
 	if err != nil {
@@ -205,6 +208,7 @@ func (r *adv59PauseReader) Read(p []byte) (int, error) {
 // space or a shell quote gave a command line naming another key. The key
 // is now quoted for a shell.
 func TestAdversary59_ReleaseUnknownHintQuotesTheKey(t *testing.T) {
+	t.Parallel()
 	srv := leasetest.StartRedis(t)
 	c, err := lease.New(srv.Client(t))
 	if err != nil {
@@ -234,6 +238,7 @@ func TestAdversary59_ReleaseUnknownHintQuotesTheKey(t *testing.T) {
 // "col:1  <hex>  7  4.9s  -  0" listed as a row that read "col:1 held by
 // <hex>, token 7".
 func TestAdversary59_ListTextKeyCannotForgeColumns(t *testing.T) {
+	t.Parallel()
 	srv := leasetest.StartRedis(t)
 	c, err := lease.New(srv.Client(t))
 	if err != nil {

@@ -14,6 +14,7 @@ import (
 // watch -json: every change of a key that is not UTF-8 (held, granted by
 // handover, ended) carries key_base64 with the key's bytes (adversary round 59: held).
 func TestAdversary59_WatchJSONKeyBase64(t *testing.T) {
+	t.Parallel()
 	srv := leasetest.StartRedis(t)
 	c, err := lease.New(srv.Client(t))
 	if err != nil {

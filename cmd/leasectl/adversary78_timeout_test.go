@@ -71,6 +71,7 @@ func adv78Failing(t *testing.T, stdin string, timeout time.Duration, master, url
 // 1. Every command, Sentinels refusing or silent: exit 1 within -timeout
 // + 0.5 s, a message naming the -timeout, no password.
 func TestAdversary78_EveryCommandSentinelsDown(t *testing.T) {
+	t.Parallel()
 	const timeout = time.Second
 	id := strings.Repeat("ab", 16)
 	for kind, addr := range map[string]string{"refused": adv77Dead(t), "silent": silentAddr(t)} {
@@ -88,6 +89,7 @@ func TestAdversary78_EveryCommandSentinelsDown(t *testing.T) {
 			{"check", "", []string{"check"}},
 		} {
 			t.Run(kind+"/"+tc.name, func(t *testing.T) {
+				t.Parallel()
 				errOut := adv78Failing(t, tc.stdin, timeout, "mymaster", url, tc.args...)
 				if !strings.Contains(errOut, "no answer within -timeout "+timeout.String()) {
 					t.Errorf("the message does not say that nothing answered within -timeout: %q", errOut)
@@ -125,6 +127,7 @@ func TestAdversary78_PrimaryPausedSentinelsAnswer(t *testing.T) {
 	const timeout = time.Second
 	for _, args := range [][]string{{"list"}, {"show", "k"}, {"release", "-yes", "k"}, {"watch", "-for", "5s"}, {"check"}} {
 		t.Run(args[0], func(t *testing.T) {
+			t.Parallel()
 			errOut := adv78Failing(t, "", timeout, sn.Name, url, args...)
 			if strings.Contains(errOut, "a master the Sentinels monitor") || strings.Contains(errOut, "all sentinels") {
 				t.Errorf("the Sentinels answered, but the message blames them: %q", errOut)

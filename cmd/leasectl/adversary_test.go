@@ -112,6 +112,7 @@ func a17Queue(t *testing.T, c *lease.Client, key string, s lease.Spec) (entered 
 // with the identity that list/show print cannot release it either: an
 // operator cannot force a stuck leader off with leasectl.
 func TestAdversary17_ReleaseLeaderTerm(t *testing.T) {
+	t.Parallel()
 	srv := leasetest.StartRedis(t)
 	c, err := lease.New(srv.Client(t))
 	if err != nil {
@@ -176,6 +177,7 @@ func TestAdversary17_ReleaseLeaderTerm(t *testing.T) {
 // A server that stops answering (SIGSTOP) mid-session: every command ends
 // within about its -timeout with exit status 1 and a message, none hangs.
 func TestAdversary17_PausedServerBounded(t *testing.T) {
+	t.Parallel()
 	srv := leasetest.StartRedis(t)
 	c, err := lease.New(srv.Client(t))
 	if err != nil {
@@ -210,6 +212,7 @@ func TestAdversary17_PausedServerBounded(t *testing.T) {
 // sent runs (or not) but never touches another holder; one that was not
 // leaves the holder's lease as it was.
 func TestAdversary17_PausedBetweenShowAndConfirm(t *testing.T) {
+	t.Parallel()
 	srv := leasetest.StartRedis(t)
 	c, err := lease.New(srv.Client(t))
 	if err != nil {
@@ -294,6 +297,7 @@ func TestAdversary17_PausedBetweenShowAndConfirm(t *testing.T) {
 // the waiter holds it. The same for a hold-min (endhold.lua deletes, then
 // PUBLISH fails).
 func TestAdversary17_NoChannelACLReleaseReportsWhatHappened(t *testing.T) {
+	t.Parallel()
 	srv := leasetest.StartRedis(t)
 	srv.ACLUser(t, "ops", "pw", "~lease:*", "+@all") // no &channels
 	url := "redis://ops:pw@" + srv.Addr()
@@ -340,6 +344,7 @@ func TestAdversary17_NoChannelACLReleaseReportsWhatHappened(t *testing.T) {
 // An operator user lacking commands the release needs (no EVAL/EVALSHA;
 // no SET): a clear refusal, exit 1, and the lease untouched.
 func TestAdversary17_ACLMissingCommandsRefusesCleanly(t *testing.T) {
+	t.Parallel()
 	srv := leasetest.StartRedis(t)
 	c, err := lease.New(srv.Client(t))
 	if err != nil {
@@ -384,6 +389,7 @@ func TestAdversary17_ACLMissingCommandsRefusesCleanly(t *testing.T) {
 // Odd keys (spaces, unicode, braces, percent signs, glob metacharacters,
 // a 4 KiB key) round-trip through list -json, show and release.
 func TestAdversary17_OddKeys(t *testing.T) {
+	t.Parallel()
 	srv := leasetest.StartRedis(t)
 	c, err := lease.New(srv.Client(t))
 	if err != nil {
@@ -449,6 +455,7 @@ func TestAdversary17_OddKeys(t *testing.T) {
 // with a queued waiter; list shows them all with their waiter; release
 // hands each to its waiter (never deletes it) and the holder learns it.
 func TestAdversary17_ClusterListAndRelease(t *testing.T) {
+	t.Parallel()
 	cl := leasetest.StartCluster(t, 3)
 	addrs := cl.Addrs()
 	url := "redis://" + addrs[0] + "?addr=" + strings.Join(addrs[1:], "&addr=")
@@ -528,6 +535,7 @@ func TestAdversary17_ClusterListAndRelease(t *testing.T) {
 // show's output describes fenced vs unfenced holders, a hold-min, and
 // queued waiters (fenced or not, in arrival order) accurately.
 func TestAdversary17_ShowAccuracy(t *testing.T) {
+	t.Parallel()
 	srv := leasetest.StartRedis(t)
 	c, err := lease.New(srv.Client(t))
 	if err != nil {
