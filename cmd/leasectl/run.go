@@ -235,6 +235,9 @@ func (c *cli) connect() (*lease.Client, func(), error) {
 	defer cancel()
 	rdb, err := newWithin(ctx, newClient)
 	if err != nil {
+		if c.ctx.Err() != nil { // Ctrl-C or SIGTERM, not -timeout
+			return nil, nil, fmt.Errorf("interrupted while go-redis was making its client for %s: nothing done (%w)", redactURL(c.url), err)
+		}
 		if c.sentinel != "" {
 			return nil, nil, fmt.Errorf(`cannot reach Redis at %s: no answer within -timeout %v: go-redis had not finished making its failover client, which looks up the name "FailoverClient" in DNS (go-redis v9.22.0): is the resolver answering? (%s) (%w)`, redactURL(c.url), c.timeout, dialSentinels(sentinels, sentinelDial), err)
 		}
@@ -418,7 +421,10 @@ func ping(ctx context.Context, rdb redis.UniversalClient) error {
 	for _, addr := range o.Addrs {
 		go func() {
 			n := redis.NewClient(&redis.Options{Addr: addr, Username: o.Username, Password: o.Password, TLSConfig: o.TLSConfig,
-				Protocol: o.Protocol, ContextTimeoutEnabled: true, MaxRetries: -1, PoolSize: 1})
+				Protocol: o.Protocol, ContextTimeoutEnabled: true, MaxRetries: -1, PoolSize: 1,
+				// go-redis would look a seed's name up for 2 s as it
+				// makes the client, whatever ctx says (round 81).
+				MaintNotificationsConfig: noMaintNotifications()})
 			defer n.Close()
 			errs <- n.Ping(ctx).Err()
 		}()
