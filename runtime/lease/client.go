@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/redis/go-redis/v9/maintnotifications"
 )
 
 // Client runs protected calls against one Redis deployment. It is safe for
@@ -577,6 +578,13 @@ func (c *Client) askNode(cc *redis.ClusterClient, addr string) *redis.Client {
 		DisableIdentity:              o.DisableIdentity,
 		IdentitySuffix:               o.IdentitySuffix,
 		UnstableResp3:                o.UnstableResp3,
+		// go-redis v9.22.0 would otherwise look addr's host up in DNS as
+		// it makes the client (for maintenance notifications), for up to
+		// 2 s whatever the renewal's deadline, holding askMu: a Cluster
+		// that announces host names with a resolver that did not answer
+		// would hold renewals that long (TestAskNodeMakesNoLookup). This
+		// client only carries renewals and WAIT on one connection.
+		MaintNotificationsConfig: &maintnotifications.Config{Mode: maintnotifications.ModeDisabled, EndpointType: maintnotifications.EndpointTypeNone},
 	}
 	var n *redis.Client
 	if o.NewClient != nil {
