@@ -4,11 +4,9 @@ import (
 	"context"
 	"encoding/binary"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"net"
 	"os"
-	"os/exec"
 	"runtime"
 	"runtime/pprof"
 	"strconv"
@@ -130,29 +128,7 @@ func adv81ChildInterrupt() int {
 // streams and time.
 func adv81Child(t *testing.T, mode, dns string, env []string, args ...string) (int, string, string, time.Duration) {
 	t.Helper()
-	exe, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(exe, args...)
-	cmd.Args[0] = "adv81"
-	// GORACE: under -race a process that exits 0 sleeps a second first.
-	cmd.Env = append(os.Environ(), "GORACE=atexit_sleep_ms=0", adv81ModeEnv+"="+mode, adv81DNSEnv+"="+dns)
-	cmd.Env = append(cmd.Env, env...)
-	var out, errb strings.Builder
-	cmd.Stdout, cmd.Stderr = &out, &errb
-	start := time.Now()
-	err = cmd.Run()
-	took := time.Since(start)
-	code := 0
-	if err != nil {
-		var ee *exec.ExitError
-		if !errors.As(err, &ee) {
-			t.Fatalf("adv81 %s: %v", mode, err)
-		}
-		code = ee.ExitCode()
-	}
-	return code, out.String(), errb.String(), took
+	return runAs(t, "adv81", append([]string{adv81ModeEnv + "=" + mode, adv81DNSEnv + "=" + dns}, env...), args...)
 }
 
 // adv81DNS is a DNS server on a loopback UDP port for the children: a

@@ -52,8 +52,9 @@ func dnsProbe() {
 }
 
 // runAs runs this test binary as command name (TestMain dispatches on
-// its base name) with args, and returns its exit code, output and time.
-func runAs(t *testing.T, name string, args ...string) (int, string, string, time.Duration) {
+// its base name) with args and env added to the environment, and returns
+// its exit code, output and time.
+func runAs(t *testing.T, name string, env []string, args ...string) (int, string, string, time.Duration) {
 	t.Helper()
 	exe, err := os.Executable()
 	if err != nil {
@@ -63,7 +64,7 @@ func runAs(t *testing.T, name string, args ...string) (int, string, string, time
 	cmd.Args[0] = name
 	// Under -race a process that exits 0 sleeps a second first (the race
 	// detector's atexit_sleep_ms), which would hide what is timed here.
-	cmd.Env = append(os.Environ(), "GORACE=atexit_sleep_ms=0")
+	cmd.Env = append(append(os.Environ(), "GORACE=atexit_sleep_ms=0"), env...)
 	var out, errb strings.Builder
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	start := time.Now()
@@ -91,7 +92,7 @@ func runAs(t *testing.T, name string, args ...string) (int, string, string, time
 func TestSlowResolverBounded(t *testing.T) {
 	t.Parallel()
 	// The control: in such a process a lookup of the name lasts the 2 s.
-	code, out, errOut, _ := runAs(t, "dnsprobe")
+	code, out, errOut, _ := runAs(t, "dnsprobe", nil)
 	var ms int
 	var deadline bool
 	if _, err := fmt.Sscan(out, &ms, &deadline); code != 0 || err != nil {
@@ -105,7 +106,7 @@ func TestSlowResolverBounded(t *testing.T) {
 	addrs := sn.SentinelAddrs()
 	url := adv78URL(addrs[0], addrs[1:]...)
 	t.Run("timeout-1s", func(t *testing.T) {
-		code, out, errOut, took := runAs(t, "leasectl-silentdns", "list", "-timeout", "1s", "-sentinel", sn.Name, "-url", url)
+		code, out, errOut, took := runAs(t, "leasectl-silentdns", nil, "list", "-timeout", "1s", "-sentinel", sn.Name, "-url", url)
 		t.Logf("exit %d after %v: %q %q", code, took.Round(time.Millisecond), out, errOut)
 		if code != exitFailure {
 			t.Errorf("exit %d, want 1", code)
@@ -125,7 +126,7 @@ func TestSlowResolverBounded(t *testing.T) {
 		}
 	})
 	t.Run("timeout-4s", func(t *testing.T) {
-		code, out, errOut, took := runAs(t, "leasectl-silentdns", "list", "-timeout", "4s", "-sentinel", sn.Name, "-url", url)
+		code, out, errOut, took := runAs(t, "leasectl-silentdns", nil, "list", "-timeout", "4s", "-sentinel", sn.Name, "-url", url)
 		t.Logf("exit %d after %v: %q %q", code, took.Round(time.Millisecond), out, errOut)
 		if code != 0 {
 			t.Errorf("exit %d, want 0: go-redis's lookup ends after 2 s and the Sentinels answer", code)
