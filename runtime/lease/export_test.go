@@ -3,6 +3,8 @@ package lease
 import (
 	"context"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // Hooks for the package's external tests: they let a test play a
@@ -60,3 +62,9 @@ var (
 	GlobMatch = globMatch
 	ScanGlob  = scanGlob
 )
+
+// AskNode is c.askNode: the client c makes for a Cluster master at addr
+// that an ASK named.
+func AskNode(c *Client, cc *redis.ClusterClient, addr string) *redis.Client {
+	return c.askNode(cc, addr)
+}
