@@ -150,6 +150,12 @@ func adv81StartDNS(t *testing.T, answer map[string]string, hang ...string) *adv8
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { pc.Close() })
+	return serveDNS(pc, answer, hang...)
+}
+
+// serveDNS answers the DNS questions that come to pc, as adv81DNS says,
+// until pc is closed.
+func serveDNS(pc net.PacketConn, answer map[string]string, hang ...string) *adv81DNS {
 	d := &adv81DNS{addr: pc.LocalAddr().String(), answer: map[string]net.IP{}, hang: map[string]bool{}, asked: map[string]int{}}
 	for name, ip := range answer {
 		d.answer[strings.ToLower(name)] = net.ParseIP(ip).To4()

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -35,6 +36,29 @@ func TestMain(m *testing.M) {
 	})
 }
 
+// hermeticDNS points this process's resolver, before any test runs, at a
+// DNS server of its own that says at once that no name exists (names in
+// /etc/hosts, such as localhost, still resolve). go-redis v9.22.0 looks
+// up the name "FailoverClient" as it makes a failover client, and
+// leasectl counts that against -timeout (newWithin): with the machine's
+// resolver about one lookup in 27 took 2 s here, and tests that expect a
+// Sentinel command to succeed at -timeout 1s or 2s failed with it
+// (TestAdversary78_WatchStallThroughSentinels in CI). What a resolver
+// that does not answer does to leasectl is tested in processes of their
+// own (TestSlowResolverBounded, round 81), which set theirs.
+func hermeticDNS() error {
+	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
+	if err != nil {
+		return fmt.Errorf("the tests' DNS server: %v", err)
+	}
+	addr := serveDNS(pc, nil).addr
+	net.DefaultResolver = &net.Resolver{PreferGo: true, Dial: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		var d net.Dialer
+		return d.DialContext(ctx, "udp", addr)
+	}}
+	return nil
+}
+
 // parallelM runs the tests with -parallel 8 unless the command line sets
 // it (the default is GOMAXPROCS, two here). Almost every test here is
 // marked parallel: each has servers (or refusing, silent and hung
@@ -48,6 +72,10 @@ func TestMain(m *testing.M) {
 type parallelM struct{ m *testing.M }
 
 func (p parallelM) Run() int {
+	if err := hermeticDNS(); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
 	flag.Parse()
 	set := false
 	flag.Visit(func(f *flag.Flag) { set = set || f.Name == "test.parallel" })
