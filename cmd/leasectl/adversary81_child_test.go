@@ -16,14 +16,16 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/leasegen/leasegen/runtime/leasetest"
 )
 
 // Round 81's child processes. TestMain's commands cannot be added to
 // without editing main_test.go, so a child of this test binary is told
 // what to be by $ADV81_MODE, read in an init function, before TestMain
 // and before any test or client exists (net.DefaultResolver is swapped
-// there and only there: see silentResolver). $ADV81_DNS chooses the
-// resolver: "silent" (silentResolver: no query is ever answered) or the
+// there and only there: see leasetest.UseDNS). $ADV81_DNS chooses the
+// resolver: "silent" (leasetest.SilentDNS: no query is ever answered) or the
 // UDP address of a resolver the parent runs (adv81DNS), which answers some
 // names, refuses others at once, and leaves some unanswered.
 //
@@ -34,6 +36,7 @@ import (
 //     the process's goroutines before, right after and after settling.
 //   - interrupt: one run whose context is cancelled after
 //     ADV81_CANCEL_MS (as Ctrl-C cancels main's), then one JSON line.
+//   - dnsprobe: how long a lookup of "FailoverClient" took (dnsProbe).
 const (
 	adv81ModeEnv   = "ADV81_MODE"
 	adv81DNSEnv    = "ADV81_DNS"
@@ -49,12 +52,12 @@ func init() {
 	switch dns := os.Getenv(adv81DNSEnv); dns {
 	case "":
 	case "silent":
-		silentResolver()
+		if err := leasetest.SilentDNS(); err != nil {
+			fmt.Fprintln(os.Stderr, "adv81:", err)
+			os.Exit(3)
+		}
 	default:
-		net.DefaultResolver = &net.Resolver{PreferGo: true, Dial: func(ctx context.Context, _, _ string) (net.Conn, error) {
-			var d net.Dialer
-			return d.DialContext(ctx, "udp", dns)
-		}}
+		leasetest.UseDNS(dns)
 	}
 	switch mode {
 	case "main":
@@ -63,6 +66,9 @@ func init() {
 		os.Exit(adv81ChildLoop())
 	case "interrupt":
 		os.Exit(adv81ChildInterrupt())
+	case "dnsprobe":
+		dnsProbe() // TestSlowResolverBounded's control
+		os.Exit(0)
 	}
 	fmt.Fprintln(os.Stderr, "adv81: unknown mode", mode)
 	os.Exit(3)

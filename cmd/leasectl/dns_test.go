@@ -14,36 +14,10 @@ import (
 	"github.com/leasegen/leasegen/runtime/leasetest"
 )
 
-// silentResolver makes this process's resolver send its queries to a UDP
-// socket of its own that never answers: every lookup of a name that is
-// not in /etc/hosts lasts until its context ends. Only in a process of
-// its own (see TestMain: the leasectl-silentdns and dnsprobe commands),
-// set before anything else runs: swapping net.DefaultResolver under a
-// running test raced with the dials of go-redis clients earlier tests
-// left (round 79).
-func silentResolver() {
-	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "silent resolver:", err)
-		os.Exit(3)
-	}
-	addr := pc.LocalAddr().String()
-	net.DefaultResolver = &net.Resolver{PreferGo: true, Dial: func(ctx context.Context, _, _ string) (net.Conn, error) {
-		var d net.Dialer
-		return d.DialContext(ctx, "udp", addr)
-	}}
-}
-
-// leasectlSilentDNS is leasectl with silentResolver.
-func leasectlSilentDNS() {
-	silentResolver()
-	main()
-}
-
 // dnsProbe prints how long a lookup of "FailoverClient" with a 2 s
-// deadline took with silentResolver: the control of TestSlowResolverBounded.
+// deadline took (a child in mode dnsprobe, with leasetest.SilentDNS): the
+// control of TestSlowResolverBounded.
 func dnsProbe() {
-	silentResolver()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	start := time.Now()
@@ -51,9 +25,9 @@ func dnsProbe() {
 	fmt.Println(time.Since(start).Milliseconds(), errors.Is(err, context.DeadlineExceeded))
 }
 
-// runAs runs this test binary as command name (TestMain dispatches on
-// its base name) with args and env added to the environment, and returns
-// its exit code, output and time.
+// runAs runs this test binary as command name with args and env added
+// to the environment, and returns its exit code, output and time. (Round
+// 81's children, adv81Child, say what to be in the environment.)
 func runAs(t *testing.T, name string, env []string, args ...string) (int, string, string, time.Duration) {
 	t.Helper()
 	exe, err := os.Executable()
@@ -92,7 +66,7 @@ func runAs(t *testing.T, name string, env []string, args ...string) (int, string
 func TestSlowResolverBounded(t *testing.T) {
 	t.Parallel()
 	// The control: in such a process a lookup of the name lasts the 2 s.
-	code, out, errOut, _ := runAs(t, "dnsprobe", nil)
+	code, out, errOut, _ := adv81Child(t, "dnsprobe", "silent", nil)
 	var ms int
 	var deadline bool
 	if _, err := fmt.Sscan(out, &ms, &deadline); code != 0 || err != nil {
@@ -106,7 +80,7 @@ func TestSlowResolverBounded(t *testing.T) {
 	addrs := sn.SentinelAddrs()
 	url := adv78URL(addrs[0], addrs[1:]...)
 	t.Run("timeout-1s", func(t *testing.T) {
-		code, out, errOut, took := runAs(t, "leasectl-silentdns", nil, "list", "-timeout", "1s", "-sentinel", sn.Name, "-url", url)
+		code, out, errOut, took := adv81Child(t, "main", "silent", nil, "list", "-timeout", "1s", "-sentinel", sn.Name, "-url", url)
 		t.Logf("exit %d after %v: %q %q", code, took.Round(time.Millisecond), out, errOut)
 		if code != exitFailure {
 			t.Errorf("exit %d, want 1", code)
@@ -126,7 +100,7 @@ func TestSlowResolverBounded(t *testing.T) {
 		}
 	})
 	t.Run("timeout-4s", func(t *testing.T) {
-		code, out, errOut, took := runAs(t, "leasectl-silentdns", nil, "list", "-timeout", "4s", "-sentinel", sn.Name, "-url", url)
+		code, out, errOut, took := adv81Child(t, "main", "silent", nil, "list", "-timeout", "4s", "-sentinel", sn.Name, "-url", url)
 		t.Logf("exit %d after %v: %q %q", code, took.Round(time.Millisecond), out, errOut)
 		if code != 0 {
 			t.Errorf("exit %d, want 0: go-redis's lookup ends after 2 s and the Sentinels answer", code)

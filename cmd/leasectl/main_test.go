@@ -8,7 +8,6 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -29,11 +28,7 @@ import (
 // are held by the test process itself through commands the scripts call
 // (grab, drop, lost, entered: see scriptCmds).
 func TestMain(m *testing.M) {
-	testscript.Main(parallelM{m}, map[string]func(){
-		"leasectl":           main,
-		"leasectl-silentdns": leasectlSilentDNS, // TestSlowResolverBounded
-		"dnsprobe":           dnsProbe,
-	})
+	testscript.Main(parallelM{m}, map[string]func(){"leasectl": main})
 }
 
 // hermeticDNS points this process's resolver, before any test runs, at a
@@ -51,11 +46,7 @@ func hermeticDNS() error {
 	if err != nil {
 		return fmt.Errorf("the tests' DNS server: %v", err)
 	}
-	addr := serveDNS(pc, nil).addr
-	net.DefaultResolver = &net.Resolver{PreferGo: true, Dial: func(ctx context.Context, _, _ string) (net.Conn, error) {
-		var d net.Dialer
-		return d.DialContext(ctx, "udp", addr)
-	}}
+	leasetest.UseDNS(serveDNS(pc, nil).addr)
 	return nil
 }
 
@@ -76,12 +67,7 @@ func (p parallelM) Run() int {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	flag.Parse()
-	set := false
-	flag.Visit(func(f *flag.Flag) { set = set || f.Name == "test.parallel" })
-	if !set {
-		flag.Set("test.parallel", strconv.Itoa(max(8, runtime.GOMAXPROCS(0))))
-	}
+	leasetest.DefaultParallel(8)
 	return p.m.Run()
 }
 

@@ -1,9 +1,7 @@
 package lease_test
 
 import (
-	"context"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"strings"
@@ -13,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/leasegen/leasegen/runtime/lease"
+	"github.com/leasegen/leasegen/runtime/leasetest"
 )
 
 // askNodeDNSChild is set in the child process of TestAskNodeMakesNoLookup.
@@ -53,16 +52,9 @@ func TestAskNodeMakesNoLookup(t *testing.T) {
 }
 
 func askNodeDNSInChild(t *testing.T) {
-	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
-	if err != nil {
+	if err := leasetest.SilentDNS(); err != nil {
 		t.Fatal(err)
 	}
-	defer pc.Close()
-	silent := pc.LocalAddr().String()
-	net.DefaultResolver = &net.Resolver{PreferGo: true, Dial: func(ctx context.Context, _, _ string) (net.Conn, error) {
-		var d net.Dialer
-		return d.DialContext(ctx, "udp", silent)
-	}}
 	const addr = "lease-asknode.invalid:7000"
 
 	// The control: a client made the default way waits for the lookup.

@@ -3,11 +3,8 @@ package lease_test
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"os"
-	"runtime"
-	"strconv"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -36,12 +33,7 @@ func TestMain(m *testing.M) {
 	// each on its own servers. Their 930 s of test time took about 270 s four at
 	// a time and 133 s eight at a time, beside gen's tests on an empty
 	// build cache (2 cores, 2026-12-06).
-	flag.Parse()
-	set := false
-	flag.Visit(func(f *flag.Flag) { set = set || f.Name == "test.parallel" })
-	if !set {
-		flag.Set("test.parallel", strconv.Itoa(max(8, runtime.GOMAXPROCS(0))))
-	}
+	leasetest.DefaultParallel(8)
 	os.Exit(leasetest.RunTests(m, &shared))
 }
 

@@ -1,8 +1,11 @@
 package leasetest
 
 import (
+	"flag"
 	"fmt"
 	"os"
+	"runtime"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -34,6 +37,21 @@ func RunTests(m *testing.M, srv **Server) int {
 		}
 	}
 	return code
+}
+
+// DefaultParallel parses the test binary's flags and, unless the command
+// line sets -parallel, runs the tests marked parallel n at a time (or
+// GOMAXPROCS at a time, if more): for packages whose parallel tests
+// mostly wait on servers of their own (faults, failovers, timeouts), for
+// which go test's default of GOMAXPROCS leaves the machine idle. Call it
+// from TestMain before m.Run.
+func DefaultParallel(n int) {
+	flag.Parse()
+	set := false
+	flag.Visit(func(f *flag.Flag) { set = set || f.Name == "test.parallel" })
+	if !set {
+		flag.Set("test.parallel", strconv.Itoa(max(n, runtime.GOMAXPROCS(0))))
+	}
 }
 
 // findLeaks looks for leaked goroutines until none is left, for at most
