@@ -339,7 +339,10 @@ func TestAdversary76_LeadHandoverCounterTTL(t *testing.T) {
 			done[i] <- c.Lead(ctx, key, lease.LeadSpec{TTL: 5 * time.Second, Owner: fmt.Sprintf("cand|%d", i)}, func(ctx context.Context) error {
 				tr := term{start: time.Now()}
 				tr.tok, _ = lease.TokenFrom(ctx)
-				tr.cttl = admin.PTTL(ctx, counter).Val()
+				// Not on ctx: the test cancels the term as soon as its
+				// grant is observed, which may be before fn runs (CI: a
+				// PTTL on the cancelled ctx failed and read as 0s).
+				tr.cttl = admin.PTTL(context.WithoutCancel(ctx), counter).Val()
 				<-ctx.Done()
 				tr.end = time.Now()
 				terms[i] <- tr
